@@ -16,7 +16,8 @@ state (or the newest checkpoint that restores, with ``resume=True``), the sample
    unchanged), is logged here, and the run stops with ``NonFiniteUpdateError`` after
    ``train.max_nonfinite_updates`` skips — the metrics line of the last skip is written first.
 6. Evaluation after every ``eval_every``-th update and after the last (:mod:`agentjax.train.eval`; its key
-   depends on (seed, update) only, so evaluation never changes the training numbers).
+   depends on (seed, update) only, so evaluation never changes the training numbers); with ``eval_at_start`` a
+   run that starts from scratch first evaluates the initial policy and logs it as update 0 (``eval/`` only).
 7. A checkpoint after every ``checkpoint_every``-th update and after the last (metadata: the run config).
 
 Reproducibility. Every random draw comes from ``state.rng`` through ``next_key`` (collection, update order) or from
@@ -220,10 +221,19 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
     t = setup(run, resume=resume)
     cfg, ro = run.train, run.train.rollout
     start = int(t.state.step)
+    # a fresh run restarts the log (-1 drops every line); a resumed one cuts it back to the restored step
     writer = MetricsWriter(run.out_dir, tensorboard=run.tensorboard,
-                           resume_step=start if t.resumed_from is not None else None)
+                           resume_step=start if t.resumed_from is not None else -1)
     last, last_eval, seconds, done = {}, {}, [], 0
     try:
+        if start == 0 and run.eval_every and run.eval_at_start and (stop_after is None or stop_after > 0):
+            t0 = time.perf_counter()
+            sync_model(t.model, t.state, copy=False)
+            t.sampler.update_weights(t.model)
+            last_eval = evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(cfg.seed, 0),
+                                 task_indices=range(len(t.eval_tasks)))
+            writer.write(0, update_metrics(eval={k: v for k, v in last_eval.items() if k != "seconds"})
+                         | {"time/eval": time.perf_counter() - t0})
         with ProgressBar(run.updates, completed=start, description=f"{cfg.credit.method} {run.env}",
                          shown=("rollout/success_rate", "eval/success_rate", "train/loss", "train/kl"),
                          disable=not run.progress) as bar:

@@ -97,6 +97,7 @@ class RunConfig:
       collect: the collector config; its sizes must equal ``train.rollout``'s.
       updates: total updates of the run (a resumed run continues up to it).
       eval_every: evaluate after every N-th update and after the last (0: never).
+      eval_at_start: also evaluate the initial policy (update 0) when a run starts from scratch.
       eval_tasks: the first N tasks of the eval split are evaluated.
       eval_seeds: sampled rollouts per eval task (one per seed; success is averaged per seed, then mean ± std).
       eval_temperature: sampling temperature of evaluation (None: the collector's; 0: greedy, one seed).
@@ -118,6 +119,7 @@ class RunConfig:
     collect: CollectConfig = CollectConfig()
     updates: int = 150
     eval_every: int = 10
+    eval_at_start: bool = True
     eval_tasks: int = 64
     eval_seeds: int = 3
     eval_temperature: float | None = None

@@ -15,9 +15,10 @@ already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``); a
 checkpoint.
 
 The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it reproduces the table from the
-runs: ``results/tiny_results.md`` and ``.json`` (final and best eval success — the mean over eval seeds of the
-success rate on the first ``eval_tasks`` Sokoban ``valid`` rooms — as mean ± std over training seeds, and the
-final training success), and ``results/tiny_curves.png`` (eval and training success against updates, mean ± std).
+runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
+the success rate on the first ``eval_tasks`` Sokoban ``valid`` rooms; initial is the warm-started policy before the
+first update, best is over the evaluations after updates — and the gain final − initial, as mean ± std over
+training seeds, plus the training batches' success averaged over the run), and ``results/tiny_curves.png`` (eval and training success against updates, mean ± std).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def run_all(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
 def _curves(out_dir: str) -> dict[str, list[tuple[int, float]]]:
     lines = read_metrics(out_dir)
     return {"eval": [(x["step"], x["eval/success_rate"]) for x in lines if "eval/success_rate" in x],
-            "train": [(x["step"], x["rollout/success_rate"]) for x in lines]}
+            "train": [(x["step"], x["rollout/success_rate"]) for x in lines if "rollout/success_rate" in x]}
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -131,10 +132,15 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
         if not per_seed:
             continue
         finals = [c["eval"][-1][1] for c in per_seed.values()]
-        bests = [max(v for _, v in c["eval"]) for c in per_seed.values()]
+        bests = [max(v for s, v in c["eval"] if s > 0) for c in per_seed.values()]
+        initials = [dict(c["eval"]).get(0, float("nan")) for c in per_seed.values()]
+        gains = [f - i for f, i in zip(finals, initials, strict=True)]
         train_final = [c["train"][-1][1] for c in per_seed.values()]
+        train_mean = [float(np.mean([v for _, v in c["train"]])) for c in per_seed.values()]
         table[label] = {"seeds": sorted(per_seed), "updates": [c["train"][-1][0] for c in per_seed.values()],
-                        "final": _mean_std(finals), "best": _mean_std(bests), "train_final": _mean_std(train_final),
+                        "initial": _mean_std(initials), "final": _mean_std(finals), "gain": _mean_std(gains),
+                        "best": _mean_std(bests), "train_final": _mean_std(train_final),
+                        "train_mean": _mean_std(train_mean), "initial_per_seed": initials,
                         "final_per_seed": finals, "best_per_seed": bests}
         curves[label] = per_seed
     os.makedirs(results, exist_ok=True)
@@ -144,11 +150,13 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
               f"{some.updates} updates; eval: first {some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds)\n\n"
               "Success rate (mean ± std over training seeds). Made by `python experiments/crbc/run.py"
               f"{' --smoke' if name == 'smoke' else ''}`.\n\n")
-    rows = ["| method | seeds | final eval success | best eval success | final train success |",
-            "|---|---|---|---|---|"]
+    rows = ["| method | seeds | initial eval success | final eval success | gain (final − initial) "
+            "| best eval success | mean train success |",
+            "|---|---|---|---|---|---|---|"]
     for label, r in table.items():
         fmt = lambda ms: f"{ms[0]:.3f} ± {ms[1]:.3f}"  # noqa: E731
-        rows.append(f"| {label} | {len(r['seeds'])} | {fmt(r['final'])} | {fmt(r['best'])} | {fmt(r['train_final'])} |")
+        rows.append(f"| {label} | {len(r['seeds'])} | {fmt(r['initial'])} | {fmt(r['final'])} | {fmt(r['gain'])} "
+                    f"| {fmt(r['best'])} | {fmt(r['train_mean'])} |")
     with open(os.path.join(results, f"{name}_results.md"), "w") as f:
         f.write(header + "\n".join(rows) + "\n")
     with open(os.path.join(results, f"{name}_results.json"), "w") as f:

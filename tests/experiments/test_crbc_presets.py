@@ -102,18 +102,25 @@ def test_ablations_dry_run_lists_every_run(capsys):
 
 def test_report_reproduces_the_table_from_the_metrics(tmp_path):
     runs = {}
-    finals = {("grpo", 0): [0.1, 0.3], ("grpo", 1): [0.2, 0.1], ("crbc", 0): [0.4, 0.6], ("crbc", 1): [0.5, 0.8]}
+    # eval success at updates 0 (the initial policy, no training batch), 1, 2
+    finals = {("grpo", 0): [0.9, 0.1, 0.3], ("grpo", 1): [0.0, 0.2, 0.1], ("crbc", 0): [0.2, 0.4, 0.6],
+              ("crbc", 1): [0.2, 0.5, 0.8]}
     for (method, seed), evals in finals.items():
         run = smoke_run(method, seed, results=str(tmp_path))
         runs[(method, seed)] = run
         with MetricsWriter(run.out_dir, tensorboard=False) as w:
-            for step, value in enumerate(evals, 1):
+            w.write(0, {"eval/success_rate": evals[0]})
+            for step, value in enumerate(evals[1:], 1):
                 w.write(step, {"rollout/success_rate": value / 2, "eval/success_rate": value})
     table = report(runs, str(tmp_path), "tiny")
     assert table["grpo"]["final"] == pytest.approx((0.2, 0.1414213), abs=1e-6)  # last evals 0.3, 0.1
-    assert table["grpo"]["best"] == pytest.approx((0.25, 0.0707107), abs=1e-6)  # bests 0.3, 0.2
+    assert table["grpo"]["best"] == pytest.approx((0.25, 0.0707107), abs=1e-6)  # bests after updates 0.3, 0.2
+    assert table["grpo"]["initial"] == pytest.approx((0.45, 0.6363961), abs=1e-6)
+    assert table["grpo"]["gain"] == pytest.approx((-0.25, 0.4949747), abs=1e-6)  # -0.6, +0.1
     assert table["crbc"]["final"] == pytest.approx((0.7, 0.1414213), abs=1e-6)
+    assert table["crbc"]["train_mean"] == pytest.approx((0.2875, 0.0530330), abs=1e-6)  # (0.2+0.3)/2, (0.25+0.4)/2
     md = (tmp_path / "tiny_results.md").read_text()
-    assert "| crbc | 2 | 0.700 ± 0.141 | 0.700 ± 0.141 | 0.350 ± 0.071 |" in md
+    assert ("| crbc | 2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.500 ± 0.141 | 0.700 ± 0.141 | 0.287 ± 0.053 |"
+            in md), md
     assert json.load(open(tmp_path / "tiny_results.json"))["results"]["grpo"]["final_per_seed"] == [0.3, 0.1]
     assert (tmp_path / "tiny_curves.png").stat().st_size > 10_000

@@ -56,8 +56,10 @@ def uninterrupted(tmp_path_factory):
 
 def test_metrics_lines_carry_every_statistic(uninterrupted):
     out, summary = uninterrupted
-    lines = read_metrics(out)
+    initial, *lines = read_metrics(out)
     assert [line["step"] for line in lines] == [1, 2] and summary["step"] == 2
+    # the initial policy is evaluated first (update 0: eval only)
+    assert initial["step"] == 0 and "eval/success_rate" in initial and "train/loss" not in initial
     required = ["rollout/success_rate", "rollout/success/all", "rollout/mean_return", "rollout/invalid_rate",
                 "rollout/mean_episode_length", "train/loss", "train/kl", "train/entropy", "train/clip_frac",
                 "train/grad_norm", "train/lr", "train/skipped", "credit/adv_std", "credit/crbc_eligible_frac",
