@@ -35,7 +35,12 @@ test: $(STAMP) alfworld-data
 demo: $(STAMP) alfworld-data
 	$(PY) experiments/crbc/run.py --smoke --methods grpo gigpo crbc
 
-bench: $(STAMP) alfworld-data
+# The benchmarks' extra references (gym-sokoban for experiments/bench/envs.py): the `bench` extra.
+$(VENV)/.installed-bench: pyproject.toml $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet -e '.[test,bench]'
+	@touch $@
+
+bench: $(VENV)/.installed-bench alfworld-data
 	$(PY) experiments/bench/credit.py
 	$(PY) experiments/bench/model.py
 	$(PY) experiments/bench/envs.py

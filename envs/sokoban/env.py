@@ -42,16 +42,17 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar, NamedTuple
 
-from envs.base import Env, Obs, Task, step_info
+from envs.base import Env, Obs, Task
 from envs.sokoban.generate import RoomConfig, generate_room
 from envs.sokoban.room import (  # noqa: F401  (the reward constants are part of this module's interface)
     ACTIONS,
+    BOX_ON_TARGET,
     PENALTY_BOX_OFF_TARGET,
     PENALTY_FOR_STEP,
     REWARD_BOX_ON_TARGET,
     REWARD_FINISHED,
+    RoomStep,
     SokobanState,
-    boxes_on_target,
     make_state,
     parse_room,
     render_room,
@@ -112,15 +113,14 @@ class SokobanEnv(Env):
     def _step(self, action: str) -> tuple[Obs, float, bool, dict[str, Any]]:
         word = _ACTION_OF_WORD.get(action.strip().lower())
         if word is None:
-            info = step_info(
-                won=False, truncated=False, valid=False, effective=False, boxes_on_target=boxes_on_target(self.state)
-            )
-            return self._obs(), INVALID_ACTION_REWARD, False, info
-        state, reward, won, moved, on_target = step_room(self.state, word)
+            obs, on_target = _view(self.state)
+            info = {"won": False, "truncated": False, "valid": False, "effective": False, "boxes_on_target": on_target}
+            return obs, INVALID_ACTION_REWARD, False, info
+        (state, reward, won, moved, on_target), obs = _transition(self.state, word)
         self.state = state
         self.episode_return += reward
         info = {"won": won, "truncated": False, "valid": True, "effective": moved, "boxes_on_target": on_target}
-        return self._obs(), reward, won, info
+        return obs, reward, won, info
 
     def snapshot(self) -> SokobanSnapshot:
         if self.task is None or self.state is None:
@@ -150,15 +150,28 @@ class SokobanEnv(Env):
 
     # -- helpers -------------------------------------------------------------------------------------------------------
     def _obs(self) -> Obs:
-        return _observation(self.state)
+        return _view(self.state)[0]
+
+
+# Per-state memos: pure functions of immutable values, so a hit returns exactly what recomputing would (the cached
+# values are immutable too); bounded LRUs, 13 MiB for both when full (measured with tracemalloc). An episode revisits
+# states (wall bumps, back-and-forth moves), and the rollouts of a group replay the same room from the same start
+# (``envs.pool.group_tasks`` puts them on neighbouring slots).
+@functools.lru_cache(maxsize=1 << 14)
+def _view(state: SokobanState) -> tuple[Obs, int]:
+    """The observation of a state (rendering is most of a step's cost) and its count of boxes on targets (the grid's
+    ``√`` cells, which ``room.boxes_on_target(state)`` counts at ten times the cost)."""
+    grid = render_room(state)
+    return Obs(grid, grid, ACTIONS, INSTRUCTION), grid.count(BOX_ON_TARGET)  # text, anchor, admissible, instruction
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _observation(state: SokobanState) -> Obs:
-    """The observation of a state, memoised: an episode revisits states (wall bumps, back-and-forth moves), and the
-    rendering is most of a step's cost."""
-    grid = render_room(state)
-    return Obs(text=grid, anchor=grid, admissible=ACTIONS, instruction=INSTRUCTION)
+def _transition(state: SokobanState, word: str) -> tuple[RoomStep, Obs]:
+    """``step_room(state, word)`` and the next state's observation. A hit is one lookup instead of the push rule,
+    the reward, the done check and a second lookup: ``SokobanEnv.step`` takes 0.7 µs on replayed episodes (2.5 µs
+    before these memos), and 3.1 µs over rooms not seen before (3.4 µs before)."""
+    room_step = step_room(state, word)
+    return room_step, _view(room_step.state)[0]
 
 
 @functools.lru_cache(maxsize=8)

@@ -63,7 +63,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from envs.base import Env, Obs, Task, data_root, step_info
+from envs.base import Env, Obs, Task, data_root
 from envs.textcraft.planner import Craft, plan
 from envs.textcraft.recipes import Recipe, RecipeBook, load_minecraft, load_synth
 
@@ -107,9 +107,10 @@ class _CraftEnv(Env):
         self.batch_craft = batch_craft
         self._max_steps_override = max_steps
         self.inventory: dict[str, int] = {}  # change it only through _set_inventory / _add (the text cache)
-        self._segments: dict[str, str] = {}  # item -> "[display] (count) " of the inventory line
         self._order: list[str] = []  # the inventory's items in name order
+        self._parts: list[str] = []  # their "[display] (count) " segments of the inventory line, in that order
         self._inventory_line: str | None = None  # inventory_text(), None when stale
+        self._targets: tuple[tuple[str, int], ...] = ()  # the task's target items and counts (the won check)
         self._instruction = ""  # Obs.instruction of the current task
         self.text = ""
         self._listings: dict[tuple, tuple[str, tuple[str, ...]]] = {}
@@ -117,6 +118,7 @@ class _CraftEnv(Env):
     # -- the protocol ----------------------------------------------------------------------------------------------
     def _reset(self, task: Task) -> Obs:
         self.max_steps = self._max_steps_override or int(task.meta.get("max_steps", self.default_max_steps))
+        self._targets = tuple(self.targets.items())
         self._set_inventory({k: int(v) for k, v in task.meta.get("initial_inventory", {}).items()})
         self.text = self._listing()[0]
         self._instruction = f"Goal: {self.goal_text()}."
@@ -125,7 +127,7 @@ class _CraftEnv(Env):
     def _step(self, action: str) -> tuple[Obs, float, bool, dict[str, Any]]:
         self.text, valid = self._execute(action.strip())
         won = self.won
-        return self._obs(), float(won), won, step_info(won=won, truncated=False, valid=valid)
+        return self._obs(), float(won), won, {"won": won, "truncated": False, "valid": valid}
 
     def snapshot(self) -> TextCraftState:
         if self.task is None:
@@ -137,6 +139,7 @@ class _CraftEnv(Env):
         if snapshot.task.env != self.name:
             raise ValueError(f"snapshot of env {snapshot.task.env!r}, not {self.name!r}")
         self.task, self.steps, self.done = snapshot.task, snapshot.steps, snapshot.done
+        self._targets = tuple(self.targets.items())
         self._set_inventory(dict(snapshot.inventory))
         self.text, self.max_steps = snapshot.text, snapshot.max_steps
         self._instruction = f"Goal: {self.goal_text()}."
@@ -155,7 +158,7 @@ class _CraftEnv(Env):
     @property
     def won(self) -> bool:
         inventory = self.inventory
-        for item, n in self.targets.items():
+        for item, n in self._targets:
             if inventory.get(item, 0) < n:
                 return False
         return True
@@ -179,34 +182,41 @@ class _CraftEnv(Env):
 
     def inventory_text(self) -> str:
         """``Inventory: [oak planks] (4) [stick] (1) `` in name order; kept up to date item by item (a Synth
-        inventory holds dozens of items and changes in two or three of them a step)."""
+        inventory holds dozens of items and changes in two or three of them a step), as a list of segments in name
+        order (``_add`` keeps it so) whose join is the line: 0.44 µs for 68 items, against 1.9 µs to look each
+        segment up by name."""
         if self._inventory_line is None:
             if not self.inventory:
                 self._inventory_line = "Inventory: You are not carrying anything."
             else:
-                self._inventory_line = "Inventory: " + "".join(map(self._segments.__getitem__, self._order))
+                self._inventory_line = "Inventory: " + "".join(self._parts)
         return self._inventory_line
 
     def _set_inventory(self, items: Mapping[str, int]) -> None:
         self.inventory = {k: v for k, v in items.items() if v > 0}
-        self._segments = {k: f"[{self.book.display(k)}] ({v}) " for k, v in self.inventory.items()}
         self._order = sorted(self.inventory)
+        self._parts = [f"[{self.book.display(k)}] ({self.inventory[k]}) " for k in self._order]
         self._inventory_line = None
 
     def _add(self, name: str, delta: int) -> None:
         """Adds ``delta`` (possibly negative) of ``name``; an item whose count reaches 0 leaves the inventory."""
-        count = self.inventory.get(name, 0) + delta
+        inventory, order, parts = self.inventory, self._order, self._parts
+        count = inventory.get(name, 0) + delta
         if count < 0:
             raise AssertionError(f"inventory count of {name} would be negative")
         if count == 0:
-            self.inventory.pop(name, None)
-            if self._segments.pop(name, None) is not None:
-                self._order.remove(name)
+            if name in inventory:
+                i = bisect.bisect_left(order, name)
+                del inventory[name], order[i], parts[i]
         else:
-            if name not in self.inventory:
-                bisect.insort(self._order, name)
-            self.inventory[name] = count
-            self._segments[name] = f"[{self.book.display(name)}] ({count}) "
+            i = bisect.bisect_left(order, name)
+            segment = f"[{self.book.display(name)}] ({count}) "
+            if name in inventory:
+                parts[i] = segment
+            else:
+                order.insert(i, name)
+                parts.insert(i, segment)
+            inventory[name] = count
         self._inventory_line = None
 
     def admissible_actions(self) -> tuple[str, ...]:
@@ -288,12 +298,10 @@ class _CraftEnv(Env):
         return "craft " + ", ".join(f"{n} {self.book.display(item)}" for item, n in items)
 
     def _obs(self) -> Obs:
-        return Obs(
-            text=self.text,
-            anchor=f"{self.text}\n{self.inventory_text()}",
-            admissible=self.admissible_actions() if self.admissible else None,
-            instruction=self._instruction,
-        )
+        text = self.text
+        admissible = self.admissible_actions() if self.admissible else None
+        # (text, anchor, admissible, instruction) by position: 230 ns, against 400 ns by keyword
+        return Obs(text, f"{text}\n{self.inventory_text()}", admissible, self._instruction)
 
     def _listing(self) -> tuple[str, tuple[str, ...]]:
         """The first observation (tree recipes + distractors, shuffled by the task seed) and the static admissible
