@@ -23,6 +23,7 @@ H    head dim
 V    vocabulary
 F    MLP width
 E    edge of a token trie (constrained decoding; its nodes are Q)
+A    allowed token of a constrained response position (the choices the constrained decoder had)
 ==== ===========================================================
 """
 
@@ -45,4 +46,5 @@ LETTERS = {
     "V": "vocabulary",
     "F": "mlp width",
     "E": "trie edge",
+    "A": "allowed token",
 }

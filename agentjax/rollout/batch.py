@@ -46,6 +46,9 @@ class StepBatch:
     parent: Int[Array, " B"]  # [B] int32, parent tree node (NO_ID at the root)
     depth: Int[Array, " B"]  # [B] int32, recursion depth of the node (0 at the root)
     row_mask: Bool[Array, " B"]  # [B] bool, real row (False: padding)
+    # [B, Lr, A] int32: the tokens the constrained decoder could emit at each response position (NO_ID padding),
+    # or None: the policy's distribution is the full vocabulary. With it the trainer renormalises log π over them.
+    allowed_tokens: Int[Array, "B L A"] | None = None
 
     @property
     def capacity(self) -> int:
@@ -86,6 +89,14 @@ class StepBatch:
         updates = {}
         for name, value in fields.items():
             value = np.asarray(value)
+            if name == "allowed_tokens":
+                if value.ndim != 3 or value.shape[1] > response_len:
+                    raise ValueError(f"StepBatch.from_rows: allowed_tokens must be [rows, <= {response_len}, A], got "
+                                     f"shape {value.shape}")
+                base = np.full((capacity, response_len, value.shape[2]), NO_ID, np.int32)
+                base[:n, : value.shape[1]] = value
+                updates[name] = jnp.asarray(base)
+                continue
             base = np.array(getattr(batch, name))
             if value.ndim == 2:
                 if name == "prompt_tokens" or name == "prompt_mask":  # left padding

@@ -38,8 +38,14 @@ Per-row fields (METHODS.md notation; DESIGN.md "Core data"):
   (the sampler's ``logp_unmasked``), 0 outside the mask. This is the quantity the trainer recomputes with the
   current parameters (a plain forward pass over the full vocabulary), so the importance ratio is 1 at the first
   epoch (up to the numerical difference between cached decoding and a teacher-forced forward pass).
-  Unconstrained, masked and unmasked are equal. ``masked_logp=True`` stores the renormalised log-prob of the
-  constrained sampling distribution instead (for a trainer that masks its own forward pass).
+  Unconstrained, masked and unmasked are equal. ``masked_logp=True`` (needs ``constrained``) stores the
+  renormalised log-prob of the constrained sampling distribution instead, and ``allowed_tokens`` ``[B, Lr, A]``
+  (``A = max_allowed``): at each response position the tokens the trie allowed there (the next tokens of the
+  admissible replies that agree with the prefix, plus the stop ids where a reply is complete), so the trainer
+  renormalises its own log-probs over the same choices (:func:`agentjax.train.update.forward_rows`). Then a
+  forced token has probability 1 and no gradient, and the policy is trained on the distribution it samples
+  from; without it a constrained tiny policy's updates spread probability over the whole vocabulary (AdamW
+  moves every unembedding row, however small its gradient), which the constrained sampler never sees.
 - ``done = terminated | truncated`` on an episode's last row; ``terminated``: the env ended the episode
   (success or failure state), ``truncated``: the env's step limit or the collector's ``max_steps``;
   ``won``: the env's ``info["won"]`` on the last row only.
@@ -82,7 +88,7 @@ from agentjax.agents.prompts import TEMPLATES, PromptTemplate, build_messages, e
 from agentjax.models import constrain
 from agentjax.models.sampler import SampleOutput, SamplingParams
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
-from agentjax.rollout.batch import StepBatch
+from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.ids import group_local_ids
 from agentjax.rollout.stats import RolloutStats, summarize
 from envs.base import Obs, Task
@@ -142,7 +148,8 @@ class CollectConfig:
     invalid_penalty: float = INVALID_PENALTY  # subtracted from the reward of an invalid turn
     reward: Literal["success", "env"] = "success"  # success_reward * won on the last step, or the env's reward
     success_reward: float = 10.0  # METHODS.md: 10 * R_i
-    masked_logp: bool = False  # store the constrained (renormalised) log-probs as behaviour_logp
+    masked_logp: bool = False  # store the constrained log-probs as behaviour_logp, and allowed_tokens
+    max_allowed: int = 16  # A: allowed-token slots per response position with masked_logp
     batch_bucket: int = 8  # the policy batch is padded to a multiple of this
     row_bucket: int = 64  # the StepBatch capacity is rounded up to a multiple of this ...
     capacity: int | None = None  # ... unless a fixed capacity is given (then more rows are an error)
@@ -168,6 +175,11 @@ class CollectConfig:
         if self.constrained and not self.sampling.stop_token_ids:
             raise ValueError("CollectConfig.constrained needs sampling.stop_token_ids: a constrained reply ends with "
                              "a stop token, e.g. SamplingParams(stop_token_ids=(IM_END_ID,))")
+        if self.masked_logp and not self.constrained:
+            raise ValueError("CollectConfig.masked_logp trains on the constrained decoder's distribution; it needs "
+                             "constrained=True")
+        if self.max_allowed < 1:
+            raise ValueError(f"CollectConfig.max_allowed must be >= 1, got {self.max_allowed}")
         if "{action}" not in self.constrained_format:
             raise ValueError(f"CollectConfig.constrained_format must contain '{{action}}', got "
                              f"{self.constrained_format!r}")
@@ -222,6 +234,7 @@ class Turn:
     truncated: bool  # the episode was cut on this step (step limit, collector cap, crash)
     crashed: bool  # the pool reported a worker crash or an env exception
     info: Mapping[str, Any]  # the env's info dict
+    allowed_ids: tuple[tuple[int, ...], ...] | None = None  # per response token, the constrained decoder's choices
 
     @property
     def done(self) -> bool:
@@ -318,8 +331,29 @@ def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig,
     return constrain.build_trie(rows, max_edges=max(config.max_trie_edges, needed), vocab_size=vocab_size)
 
 
+def constrained_choices(replies: Sequence[Sequence[int]], stop_ids: Sequence[int],
+                        response: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """The tokens the constrained decoder allowed at each position of ``response`` (sorted): the next tokens of
+    the ``replies`` (token sequences) that agree with the prefix, plus ``stop_ids`` where one of them is complete
+    (:mod:`agentjax.models.constrain`). Raises if ``response`` leaves the trie (a decoder bug, never expected)."""
+    out = []
+    live = [list(r) for r in replies]
+    stops = set(int(t) for t in stop_ids)
+    for j, token in enumerate(int(t) for t in response):
+        choices = {r[j] for r in live if len(r) > j}
+        if any(len(r) == j for r in live):
+            choices |= stops
+        if token not in choices:
+            raise ValueError(f"constrained_choices: token {token} at position {j} is none of the allowed "
+                             f"{sorted(choices)}: the response was not decoded under these replies")
+        out.append(tuple(sorted(choices)))
+        live = [r for r in live if len(r) > j and r[j] == token]
+    return tuple(out)
+
+
 def _make_turn(step: int, obs: Obs, prompt: list[int], prompt_truncated: bool, out: SampleOutput, row: int,
-               projected: Projected, result: Any, config: CollectConfig) -> Turn:
+               projected: Projected, result: Any, config: CollectConfig,
+               replies: list[list[int]] | None = None) -> Turn:
     """The record of one row of a turn: validity, reward and episode flags (module docstring)."""
     info = dict(result.info)
     crashed = "worker_crash" in info or "error" in info  # envs/pool.py: the env never judged the action
@@ -331,13 +365,20 @@ def _make_turn(step: int, obs: Obs, prompt: list[int], prompt_truncated: bool, o
     penalty = 0.0 if valid or crashed else config.invalid_penalty
     base = float(result.reward) if config.reward == "env" else (config.success_reward if won else 0.0)
     n = int(out.length_b[row])
+    allowed_ids = None
+    if config.masked_logp:
+        if not replies:
+            raise ValueError(f"collect: masked_logp needs admissible actions on every turn, but the observation of "
+                             f"step {step} has none ({obs.instruction[:60]!r}...); use an env with an admissible "
+                             "list (e.g. TextCraft(admissible=True)) or masked_logp=False")
+        allowed_ids = constrained_choices(replies, config.sampling.stop_token_ids, out.tokens_bt[row, :n].tolist())
     return Turn(
         step=step, obs=obs, prompt_ids=np.asarray(prompt, np.int32), prompt_truncated=prompt_truncated,
         response_ids=out.tokens_bt[row, :n].astype(np.int32), logp=out.logp_unmasked_bt[row, :n].astype(np.float32),
         logp_masked=out.logp_bt[row, :n].astype(np.float32), finish=int(out.finish_b[row]), reply=out.texts[row],
         projected=projected, next_obs=result.obs, env_reward=float(result.reward), reward=base - penalty,
         valid=valid, env_valid=env_valid, won=won, terminated=bool(result.done and not (env_truncated or crashed)),
-        truncated=bool(env_truncated or crashed or capped), crashed=crashed, info=info,
+        truncated=bool(env_truncated or crashed or capped), crashed=crashed, info=info, allowed_ids=allowed_ids,
     )
 
 
@@ -409,7 +450,7 @@ def run_episodes(
             prompts.append(ids)
             truncated.append(cut)
         pad = -len(live) % config.batch_bucket
-        allowed = None
+        allowed, rows = None, None
         if config.constrained:
             rows = [[config.constrained_format.format(action=a) for a in (obs[s].admissible or ())] for s in live]
             allowed = _constraint(tokenizer, rows + [[]] * pad, config, vocab_size, token_cache)
@@ -439,7 +480,9 @@ def run_episodes(
 
         still_live = []
         for i, slot in enumerate(live):
-            turn = _make_turn(step, obs[slot], prompts[i], truncated[i], out, i, projected[i], results[slot], config)
+            replies = [token_cache[r] for r in rows[i]] if rows is not None else None
+            turn = _make_turn(step, obs[slot], prompts[i], truncated[i], out, i, projected[i], results[slot], config,
+                              replies)
             turns[slot].append(turn)
             history[slot].append((obs[slot].text, turn.projected.action))
             obs[slot] = turn.next_obs
@@ -492,6 +535,15 @@ def to_step_batch(rollouts: Rollouts, config: CollectConfig) -> StepBatch:
         prompt[i, lp - k:], prompt_mask[i, lp - k:] = turn.prompt_ids, True
         response[i, :m], response_mask[i, :m] = turn.response_ids, True
         logp[i, :m] = turn.logp_masked if config.masked_logp else turn.logp
+    allowed = None
+    if config.masked_logp:
+        allowed = np.full((n, lr, config.max_allowed), NO_ID, np.int32)
+        for i, (_, turn) in enumerate(rows):
+            for j, choices in enumerate(turn.allowed_ids or ()):
+                if len(choices) > config.max_allowed:
+                    raise ValueError(f"to_step_batch: a response position had {len(choices)} allowed tokens, more "
+                                     f"than CollectConfig.max_allowed={config.max_allowed}; raise it")
+                allowed[i, j, : len(choices)] = choices
     group = np.array([ep.group for ep, _ in rows], np.int32)
     anchor_texts = [t.obs.anchor for _, t in rows] + [t.next_obs.anchor for _, t in rows]
     anchors = group_local_ids(anchor_texts, group.tolist() * 2)
@@ -514,6 +566,8 @@ def to_step_batch(rollouts: Rollouts, config: CollectConfig) -> StepBatch:
         action=group_local_ids([t.projected.action for _, t in rows], group.tolist()),
         depth=np.zeros(n, np.int32),
     )
+    if allowed is not None:
+        fields["allowed_tokens"] = allowed
     return StepBatch.from_rows(_capacity(n, config), lp, lr, **fields)
 
 

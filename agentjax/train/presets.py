@@ -87,7 +87,7 @@ def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
         micro_batch_size=32,
         seed=0,
     )
-    collect = spec.collect(constrained=True, history_length=2, batch_bucket=8,
+    collect = spec.collect(constrained=True, masked_logp=True, history_length=2, batch_bucket=8,
                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
                                                    prompt_bucket=prompt_len))
     sizes = _sized(train, collect, num_groups=4, group_size=8, max_steps=STEP_CAPS[env], prompt_len=prompt_len,

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jaxtyping import Array, Bool, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from agentjax.losses.policy import (
     aggregation_weights,
@@ -142,10 +142,40 @@ def forward_rows(
     segment = jnp.concatenate([batch.prompt_mask, response_inputs(batch)], axis=1).astype(jnp.int32)
     hidden = model.decode(tokens, segment).hidden_bld
     lr = batch.response_tokens.shape[1]
+    if batch.allowed_tokens is not None:
+        logp, ent = allowed_logprobs(hidden[:, lp - 1: lp - 1 + lr], model.unembedding_vd, batch.response_tokens,
+                                     batch.allowed_tokens, temperature=loss.temperature)
+        return logp, ent if with_entropy else jnp.zeros_like(ent), hidden[:, lp - 1]
     logp, ent = chunked_logprobs(hidden[:, lp - 1: lp - 1 + lr], model.unembedding_vd, batch.response_tokens,
                                  chunk=loss.logprob_chunk, temperature=loss.temperature, with_entropy=with_entropy,
                                  remat=loss.logprob_remat)
     return logp, ent, hidden[:, lp - 1]
+
+
+def allowed_logprobs(
+    hidden_bld: Float[Array, "B L D"],
+    unembedding_vd: Float[Array, "V D"],
+    targets_bl: Int[Array, "B L"],
+    allowed_bla: Int[Array, "B L A"],
+    *,
+    temperature: float = 1.0,
+) -> tuple[Float[Array, "B L"], Float[Array, "B L"]]:
+    """log π(target) and the entropy of π renormalised over each position's allowed tokens (constrained decoding,
+    ``StepBatch.allowed_tokens``): ``z_a = h · W[a] / τ`` for the A allowed ids only (no ``[B, L, V]`` logits),
+    ``log π = z_target − logsumexp_a z_a``. A position without allowed tokens (padding) gets 0 and 0; a target
+    outside its allowed set gets −inf (the batch is inconsistent). Float32 output."""
+    ok_bla = allowed_bla >= 0
+    w_blad = jnp.take(unembedding_vd, jnp.maximum(allowed_bla, 0), axis=0)
+    z_bla = jnp.einsum("BLD,BLAD->BLA", hidden_bld, w_blad, preferred_element_type=jnp.float32) / temperature
+    # a large finite stand-in for −inf: exp underflows to exactly 0 and no NaN reaches the gradient through `where`
+    z_bla = jnp.where(ok_bla, z_bla, -1e30)
+    logp_bla = jax.nn.log_softmax(z_bla, axis=-1)
+    hit_bla = ok_bla & (allowed_bla == targets_bl[..., None])
+    logp_bl = jnp.sum(jnp.where(hit_bla, logp_bla, 0.0), -1)
+    ent_bl = -jnp.sum(jnp.where(ok_bla, jnp.exp(logp_bla) * logp_bla, 0.0), -1)
+    any_bl = ok_bla.any(-1)
+    logp_bl = jnp.where(any_bl & ~hit_bla.any(-1), -jnp.inf, logp_bl)
+    return jnp.where(any_bl, logp_bl, 0.0), jnp.where(any_bl, ent_bl, 0.0)
 
 
 def value_head_apply(head: dict[str, jax.Array], hidden_bd: Float[Array, "B D"]) -> Float[Array, " B"]:

@@ -18,7 +18,8 @@ The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it 
 runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
 the success rate on the first ``eval_tasks`` Sokoban ``valid`` rooms; initial is the warm-started policy before the
 first update, best is over the evaluations after updates — and the gain final − initial, as mean ± std over
-training seeds, plus the training batches' success averaged over the run), and ``results/tiny_curves.png`` (eval and training success against updates, mean ± std).
+training seeds, plus the training batches' success averaged over the run), and ``results/tiny_curves.png`` (eval
+and training success against updates, mean ± std).
 """
 
 from __future__ import annotations

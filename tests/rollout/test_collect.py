@@ -246,6 +246,53 @@ def test_constrained_decoding_only_plays_admissible_actions(soko_constrained):
         np.testing.assert_array_equal(masked.behaviour_logp[i, : len(turn.logp_masked)], turn.logp_masked)
 
 
+def test_masked_logp_records_the_decoders_choices_and_the_trainer_reproduces_its_logp(sampler):
+    """With ``masked_logp`` every response position carries the tokens the trie allowed there (the response token
+    among them; 1 where the reply is forced, 4 where the action is chosen), and the trainer's log-probs renormalised
+    over them equal the sampler's constrained log-probs: the importance ratio starts at 1."""
+    from agentjax.train import ModelConfig, TrainConfig, make_logprob_fn
+
+    config = SOKOBAN_CONFIG.replace(constrained=True, masked_logp=True)
+    rollouts = run_episodes(SerialPool(SokobanEnv, 8), SOKOBAN_TASKS, sampler, config, jax.random.key(5))
+    batch = to_step_batch(rollouts, config)
+    b = _np(batch)
+    assert b.allowed_tokens.shape == (b.row_mask.shape[0], config.max_response_tokens, config.max_allowed)
+    widths = set()
+    for i, turn in enumerate(t for ep in rollouts.episodes for t in ep.turns):
+        replies = {tuple(sampler.tokenizer.encode(f"<action>{a}</action>", add_special_tokens=False))
+                   for a in turn.obs.admissible}
+        for j, token in enumerate(turn.response_ids):
+            choices = [a for a in b.allowed_tokens[i, j] if a != NO_ID]
+            assert token in choices and len(choices) == len(turn.allowed_ids[j])
+            prefix = tuple(turn.response_ids[:j])
+            expected = {r[j] for r in replies if r[:j] == prefix and len(r) > j}
+            if prefix in replies:
+                expected |= set(config.sampling.stop_token_ids)
+            assert set(choices) == expected
+            widths.add(len(choices))
+        assert (b.allowed_tokens[i, len(turn.response_ids):] == NO_ID).all()
+    assert 1 in widths and 4 in widths
+    model = Qwen(sampler.config, rngs=nnx.Rngs(0))  # the sampler's model (same init)
+    train = TrainConfig(model=ModelConfig(sampler.config), micro_batch_size=64)
+    logp = np.asarray(make_logprob_fn(train, model)(nnx.state(model, nnx.Param), batch))
+    m = b.response_mask & b.row_mask[:, None]
+    np.testing.assert_allclose(logp[m], b.behaviour_logp[m], atol=2e-4)
+    forced = (b.allowed_tokens[..., 1] == NO_ID) & m
+    assert forced.any() and np.allclose(logp[forced], 0.0, atol=1e-6)  # a forced token is certain
+
+
+def test_constrained_choices_follow_the_trie():
+    from agentjax.rollout.collect import constrained_choices
+
+    replies = [[5, 6], [5, 6, 7], [5, 8]]  # [5, 6] is a prefix of another reply: stop or 7 after it
+    assert constrained_choices(replies, (0, 1), [5, 6, 7, 0]) == ((5,), (6, 8), (0, 1, 7), (0, 1))
+    assert constrained_choices(replies, (0,), [5, 6, 0]) == ((5,), (6, 8), (0, 7))
+    with pytest.raises(ValueError, match="none of the allowed"):
+        constrained_choices(replies, (0,), [5, 9])
+    with pytest.raises(ValueError, match="needs constrained=True"):
+        SOKOBAN_CONFIG.replace(masked_logp=True)
+
+
 @pytest.mark.parametrize("run", ["soko_free", "soko_constrained"])
 def test_rewards_equal_a_replay_in_a_fresh_env_minus_the_penalty(run, request):
     config, rollouts, batch = request.getfixturevalue(run)

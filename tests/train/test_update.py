@@ -182,3 +182,68 @@ def test_bad_batches_are_rejected_with_a_fix(tiny_model, tiny_tx, tiny_batch):
                                          compute_advantages(config.credit, odd, config.rollout))
     with pytest.raises(ValueError, match="no value head"):
         make_value_fn(config, tiny_model)
+
+
+def test_allowed_logprobs_renormalise_the_softmax_over_the_allowed_tokens():
+    """``allowed_logprobs`` equals the full-vocabulary softmax restricted to each position's allowed tokens and
+    renormalised (NumPy), with its entropy; padding positions give 0; only allowed rows of W get a gradient."""
+    from agentjax.train.update import allowed_logprobs
+
+    rng = np.random.default_rng(0)
+    b, l, d, v, a, tau = 3, 5, 8, 50, 4, 0.7
+    h = rng.normal(size=(b, l, d)).astype(np.float32)
+    w = rng.normal(size=(v, d)).astype(np.float32)
+    allowed = np.full((b, l, a), -1, np.int32)
+    targets = np.zeros((b, l), np.int32)
+    for i in range(b):
+        for j in range(l):
+            k = 0 if (i, j) == (0, 0) else rng.integers(1, a + 1)
+            ids = rng.choice(v // 2, size=k, replace=False)  # tokens v//2.. are never allowed
+            allowed[i, j, :k] = ids
+            targets[i, j] = ids[rng.integers(k)] if k else 0
+    logp, ent = allowed_logprobs(jnp.asarray(h), jnp.asarray(w), jnp.asarray(targets), jnp.asarray(allowed),
+                                 temperature=tau)
+    z = h @ w.T / tau
+    for i in range(b):
+        for j in range(l):
+            ids = allowed[i, j][allowed[i, j] >= 0]
+            if not len(ids):
+                assert float(logp[i, j]) == 0.0 and float(ent[i, j]) == 0.0
+                continue
+            zs = z[i, j, ids].astype(np.float64)
+            lp = zs - np.log(np.exp(zs - zs.max()).sum()) - zs.max()
+            np.testing.assert_allclose(float(logp[i, j]), lp[list(ids).index(targets[i, j])], atol=1e-5)
+            np.testing.assert_allclose(float(ent[i, j]), -(np.exp(lp) * lp).sum(), atol=1e-5)
+    outside = targets.copy()
+    outside[1, 1] = v - 1  # not among the allowed: the batch is inconsistent
+    assert float(allowed_logprobs(*map(jnp.asarray, (h, w, outside, allowed)))[0][1, 1]) == -np.inf
+
+    def objective(w):
+        lp, e = allowed_logprobs(jnp.asarray(h), w, jnp.asarray(targets), jnp.asarray(allowed))
+        return lp.sum() + e.sum()
+
+    grad = np.asarray(jax.grad(objective)(jnp.asarray(w)))
+    assert np.isfinite(grad).all()
+    assert (grad[v // 2:] == 0).all() and np.abs(grad[: v // 2]).sum() > 0
+
+
+def test_an_update_on_allowed_tokens_lowers_the_loss(tiny_config, tiny_model, tiny_tx, tiny_batch):
+    """A batch with ``allowed_tokens`` (each trained token plus 3 others) trains the renormalised distribution."""
+    rng = np.random.default_rng(1)
+    b, lr = tiny_batch.response_tokens.shape
+    allowed = rng.integers(0, tiny_config.model.arch.vocab_size, (b, lr, 4)).astype(np.int32)
+    allowed[..., 0] = np.asarray(tiny_batch.response_tokens)
+    batch = tiny_batch.replace(allowed_tokens=jnp.asarray(allowed))
+    from tests.train.conftest import on_policy
+
+    batch = on_policy(tiny_config, tiny_model, batch)
+    assert float(jnp.max(jnp.where(batch.response_mask & batch.row_mask[:, None], batch.behaviour_logp, -9))) <= 0
+    config = TrainConfig.tiny(credit=GRPOCredit())
+    state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
+    adv = advantages_for(config, state, tiny_model, batch)
+    update = make_update(config, tiny_model, tiny_tx)
+    state, first = update(state, batch, adv, jax.random.key(1))
+    state, second = update(state, batch, adv, jax.random.key(2))
+    assert float(first["skipped"]) == 0.0 and float(second["loss"]) < float(first["loss"])
+    assert float(first["ratio_mean"]) == pytest.approx(1.0, abs=1e-4)  # on-policy under the same renormalisation
+    assert 0.0 < float(first["entropy"]) <= np.log(4) + 1e-5
