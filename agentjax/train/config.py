@@ -281,7 +281,10 @@ class TrainConfig:
     Attributes:
       micro_batch_size: rows per micro-batch; the batch (``rollout.rows``) must be a multiple. One call of
         ``update`` is one optimizer step over the whole batch, its gradient accumulated over micro-batches.
-      max_nonfinite_updates: a run stops (``NonFiniteUpdateError``) once more updates than this have been
+      mini_batches: optimizer steps per epoch of an update, each on ``rows / mini_batches`` rows (verl's
+        ``ppo_mini_batch_size = rows / mini_batches``; 1: one step on the whole batch).
+      epochs: passes over the batch per update (verl's ``ppo_epochs``), each in a fresh row order.
+      max_nonfinite_updates: a run stops (``NonFiniteUpdateError``) once more optimizer steps than this have been
         skipped for a NaN/Inf loss or gradient.
       seed: PRNG seed of the run (initial state, sampling keys).
     """
@@ -292,11 +295,13 @@ class TrainConfig:
     loss: LossConfig = LossConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     micro_batch_size: int = 8
+    mini_batches: int = 1
+    epochs: int = 1
     max_nonfinite_updates: int = 3
     seed: int = 0
 
     def __post_init__(self):
-        _positive(self, "micro_batch_size")
+        _positive(self, "micro_batch_size", "mini_batches", "epochs")
         _non_negative(self, "max_nonfinite_updates")
         if not isinstance(self.credit, CreditConfig.__args__):
             raise ValueError(f"TrainConfig.credit must be one of {[c.__name__ for c in CreditConfig.__args__]}, "
@@ -304,6 +309,10 @@ class TrainConfig:
         if self.rollout.rows % self.micro_batch_size:
             raise ValueError(f"TrainConfig: the batch of {self.rollout.rows} rows does not split into micro-batches "
                              f"of {self.micro_batch_size}; choose a micro_batch_size that divides it")
+        if self.rollout.rows % (self.mini_batches * self.micro_batch_size):
+            raise ValueError(f"TrainConfig: the batch of {self.rollout.rows} rows does not split into "
+                             f"{self.mini_batches} mini-batches of whole micro-batches of {self.micro_batch_size} "
+                             "rows; choose mini_batches and micro_batch_size whose product divides it")
 
     @property
     def is_ppo(self) -> bool:

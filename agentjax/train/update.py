@@ -21,16 +21,21 @@ the decoder iff it is at or before the row's last trained token (``response_mask
 token (turn-level, :mod:`agentjax.train.advantages`).
 
 Non-finite steps. If the loss or the gradient norm is NaN/Inf the parameters and optimizer state are left as
-they were, ``state.nonfinite`` counts the skip and ``metrics["skipped"]`` is 1; :func:`check_nonfinite` logs it
-on the host and stops the run after ``config.max_nonfinite_updates`` skips.
+they were, ``state.nonfinite`` counts the skipped optimizer step and ``metrics["skipped"]`` counts it;
+:func:`check_nonfinite` logs it on the host and stops the run after ``config.max_nonfinite_updates`` skips.
 
 ``update`` is jit-compiled once per batch shape and donates ``state`` (the caller must use the returned one).
 Configs that differ only outside :class:`UpdateSpec` (e.g. in a non-PPO credit method) share one compiled update.
 
 Choices and deviations from verl / verl-agent:
 
-- One call is one optimizer step over the whole batch (verl's ``ppo_mini_batch_size`` = the batch, one epoch);
-  more PPO epochs are more calls on the same batch and advantages.
+- By default one call is one optimizer step over the whole batch (verl's ``ppo_mini_batch_size`` = the batch,
+  one epoch). ``TrainConfig.mini_batches = M`` and ``epochs = E`` make it ``E × M`` steps, as verl's
+  ``ppo_mini_batch_size = batch / M`` and ``ppo_epochs = E``: each epoch deals the rows (real rows first, in a
+  fresh random order) round-robin into M mini-batches, each weighted over its own rows ("token-mean" per
+  mini-batch, as verl), with the advantages computed once for the whole batch. Metrics are means over the steps
+  (``*_max``: maximum; ``skipped``: the number of skipped steps). ``state.step`` counts updates; the optimizer
+  (and its schedule: ``warmup_steps``, ``decay_steps``) counts steps.
 - ``π_old`` is the sampler's ``behaviour_logp``; verl recomputes it with the training engine because vLLM's
   numerics differ. :func:`make_logprob_fn` recomputes it here when needed.
 - PPO's value head shares the policy's trunk (verl trains a separate critic), so ``PPOCredit.value_coef``
@@ -90,11 +95,19 @@ class UpdateSpec:
     optimizer: OptimizerConfig
     micro_batch_size: int
     ppo: PPOCredit | None  # the value head's loss parameters; None: no value head
+    mini_batches: int = 1
+    epochs: int = 1
 
     @classmethod
     def of(cls, config: TrainConfig) -> UpdateSpec:
         return cls(loss=config.loss, optimizer=config.optimizer, micro_batch_size=config.micro_batch_size,
-                   ppo=config.credit if config.is_ppo else None)
+                   ppo=config.credit if config.is_ppo else None, mini_batches=config.mini_batches,
+                   epochs=config.epochs)
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps per update."""
+        return self.mini_batches * self.epochs
 
 
 @flax.struct.dataclass(frozen=True)
@@ -190,23 +203,49 @@ def _check_batch(config: TrainConfig | UpdateSpec, batch: StepBatch) -> None:
     if b % config.micro_batch_size:
         raise ValueError(f"update: the batch of {b} rows does not split into micro-batches of "
                          f"{config.micro_batch_size}; make TrainConfig.micro_batch_size divide the capacity")
+    mini = getattr(config, "mini_batches", 1)
+    if b % (mini * config.micro_batch_size):
+        raise ValueError(f"update: the batch of {b} rows does not split into {mini} mini-batches of whole "
+                         f"micro-batches of {config.micro_batch_size} rows; make mini_batches × micro_batch_size "
+                         "divide the capacity")
+
+
+def _weighted(spec: UpdateSpec, batch: StepBatch, adv: Advantages) -> WeightedRows:
+    """``batch`` with its weights, normalised over its own rows."""
+    mask_bl = trained_mask(batch)
+    rows = batch.row_mask.astype(jnp.float32)
+    return WeightedRows(
+        batch=batch, advantage=adv.advantage, returns=adv.returns, values=adv.values,
+        weight_bl=aggregation_weights(mask_bl, spec.loss.aggregation),
+        token_weight_bl=aggregation_weights(mask_bl, "token-mean"),
+        row_weight=rows / jnp.maximum(rows.sum(), 1.0),
+    )
+
+
+def _row_order(row_mask: Bool[Array, " B"], key: PRNGKeyArray | None) -> Int[Array, " B"]:
+    """A permutation of the rows: real rows first, in an order drawn from ``key`` (batch order without one)."""
+    tiebreak = jnp.zeros(row_mask.shape) if key is None else jax.random.uniform(key, row_mask.shape)
+    return jnp.argsort(jnp.where(row_mask, 0.0, 2.0) + tiebreak, stable=True)
 
 
 def _order(spec: UpdateSpec, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None) -> WeightedRows:
     """The whole batch with its whole-batch weights, real rows first (in an order drawn from ``key``, or in batch
     order without one), ready to be cut into micro-batches of consecutive rows."""
     _check_batch(spec, batch)
-    mask_bl = trained_mask(batch)
-    rows = batch.row_mask.astype(jnp.float32)
-    full = WeightedRows(
-        batch=batch, advantage=adv.advantage, returns=adv.returns, values=adv.values,
-        weight_bl=aggregation_weights(mask_bl, spec.loss.aggregation),
-        token_weight_bl=aggregation_weights(mask_bl, "token-mean"),
-        row_weight=rows / jnp.maximum(rows.sum(), 1.0),
-    )
-    tiebreak = jnp.zeros(rows.shape) if key is None else jax.random.uniform(key, rows.shape)
-    order = jnp.argsort(jnp.where(batch.row_mask, 0.0, 2.0) + tiebreak, stable=True)
-    return jax.tree.map(lambda x: x[order], full)
+    order = _row_order(batch.row_mask, key)
+    return jax.tree.map(lambda x: x[order], _weighted(spec, batch, adv))
+
+
+def _pick_rows(adv: Advantages, idx: jax.Array) -> Advantages:
+    """The per-row fields of ``adv`` at rows ``idx`` (the statistics stay the whole batch's)."""
+    return adv.replace(advantage=adv.advantage[idx], returns=adv.returns[idx], values=adv.values[idx])
+
+
+def _mini_batch_rows(spec: UpdateSpec, row_mask: Bool[Array, " B"], key: PRNGKeyArray) -> jax.Array:
+    """[mini_batches, B / mini_batches] row indices of one epoch: the rows in :func:`_row_order`'s order dealt
+    round-robin, so every mini-batch gets an equal share of the real rows (first) and of the padding (last)."""
+    order = _row_order(row_mask, key)
+    return order.reshape(-1, spec.mini_batches).T
 
 
 def _micro_objective(
@@ -293,6 +332,7 @@ def _graphdef(model: nnx.Module) -> nnx.GraphDef:
 
 def make_update(config: TrainConfig, model: nnx.Module, tx: optax.GradientTransformation) -> Update:
     """The jitted, state-donating ``update(state, batch, adv, key) -> (state, metrics)`` (module docstring).
+    ``key`` orders the rows (and deals the mini-batches); ``None`` keeps the batch order (one step per update only).
 
     Args:
       config: the training config (loss, credit method, micro-batch size, optimizer schedule for the metrics).
@@ -310,11 +350,9 @@ def make_update(config: TrainConfig, model: nnx.Module, tx: optax.GradientTransf
 def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Update:
     schedule = make_schedule(spec.optimizer)
 
-    def update(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray):
-        chex.assert_equal_shape([adv.advantage, batch.reward])
-        rows = _order(spec, batch, adv, key)
-        trainable = state.trainable
-        grads, metrics = _accumulate(spec, graphdef, trainable, state.ref_params, rows, with_grad=True)
+    def optimizer_step(carry, rows: WeightedRows, ref_params):
+        trainable, opt_state, nonfinite = carry
+        grads, metrics = _accumulate(spec, graphdef, trainable, ref_params, rows, with_grad=True)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, trainable)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
@@ -324,17 +362,37 @@ def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state
 
-        new_trainable, new_opt = jax.lax.cond(finite, apply, lambda operand: operand,
-                                              (trainable, state.opt_state))
+        trainable, opt_state = jax.lax.cond(finite, apply, lambda operand: operand, (trainable, opt_state))
         skipped = (~finite).astype(jnp.int32)
-        new_state = state.replace(step=state.step + 1, params=new_trainable["policy"],
-                                  value_head=new_trainable["value_head"], opt_state=new_opt,
-                                  nonfinite=state.nonfinite + skipped)
+        return (trainable, opt_state, nonfinite + skipped), metrics | {"grad_norm": grad_norm,
+                                                                       "skipped": skipped.astype(jnp.float32)}
+
+    def update(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None):
+        chex.assert_equal_shape([adv.advantage, batch.reward])
+        carry = (state.trainable, state.opt_state, state.nonfinite)
+        if spec.steps == 1:  # one step over the whole batch
+            carry, metrics = optimizer_step(carry, _order(spec, batch, adv, key), state.ref_params)
+        else:  # epochs × mini-batches, each mini-batch weighted over its own rows (verl's ppo_mini_batch_size)
+            _check_batch(spec, batch)
+
+            def mini(carry, idx):
+                rows = _weighted(spec, jax.tree.map(lambda x: x[idx], batch), _pick_rows(adv, idx))
+                return optimizer_step(carry, rows, state.ref_params)
+
+            def epoch(carry, epoch_key):
+                return jax.lax.scan(mini, carry, _mini_batch_rows(spec, batch.row_mask, epoch_key))
+
+            if key is None:
+                raise ValueError("update: mini-batches are drawn with the key; pass one")
+            carry, per_step = jax.lax.scan(epoch, carry, jax.random.split(key, spec.epochs))
+            metrics = {k: v.max() if k.endswith("_max") else v.sum() if k == "skipped" else v.mean()
+                       for k, v in per_step.items()}
+        trainable, opt_state, nonfinite = carry
+        new_state = state.replace(step=state.step + 1, params=trainable["policy"], value_head=trainable["value_head"],
+                                  opt_state=opt_state, nonfinite=nonfinite)
         metrics |= {
-            "grad_norm": grad_norm,
-            "lr": jnp.asarray(schedule(state.step - state.nonfinite), jnp.float32),
-            "skipped": skipped.astype(jnp.float32),
-            "nonfinite_total": new_state.nonfinite.astype(jnp.float32),
+            "lr": jnp.asarray(schedule(state.step * spec.steps - state.nonfinite), jnp.float32),
+            "nonfinite_total": nonfinite.astype(jnp.float32),
             "tokens": trained_mask(batch).sum().astype(jnp.float32),
             "rows": batch.row_mask.sum().astype(jnp.float32),
         }

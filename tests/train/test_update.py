@@ -247,3 +247,35 @@ def test_an_update_on_allowed_tokens_lowers_the_loss(tiny_config, tiny_model, ti
     assert float(first["skipped"]) == 0.0 and float(second["loss"]) < float(first["loss"])
     assert float(first["ratio_mean"]) == pytest.approx(1.0, abs=1e-4)  # on-policy under the same renormalisation
     assert 0.0 < float(first["entropy"]) <= np.log(4) + 1e-5
+
+
+def test_mini_batches_and_epochs_are_that_many_optimizer_steps(tiny_config, tiny_model, tiny_tx, tiny_batch):
+    """``mini_batches = 2, epochs = 2`` is 4 AdamW steps in one update: the optimizer's count advances by 4, the
+    loop's update counter by 1, and the result equals 4 single-step updates on the mini-batches it dealt."""
+    config = TrainConfig.tiny(credit=GRPOCredit(), mini_batches=2, epochs=2, micro_batch_size=4)
+    single = TrainConfig.tiny(credit=GRPOCredit(), micro_batch_size=4)
+    state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
+    reference = init_state(single, tiny_model, jax.random.key(0), tiny_tx)
+    adv = advantages_for(config, state, tiny_model, tiny_batch)
+    state, metrics = make_update(config, tiny_model, tiny_tx)(state, tiny_batch, adv, jax.random.key(7))
+    assert int(state.step) == 1 and float(metrics["skipped"]) == 0.0
+    counts = [int(x) for x in jax.tree.leaves(state.opt_state) if getattr(x, "dtype", None) == jnp.int32]
+    assert counts and all(c == 4 for c in counts)
+    # the same four steps by hand: the rows each epoch dealt, one single-step update each
+    from agentjax.train.update import UpdateSpec, _mini_batch_rows, _pick_rows
+
+    spec = UpdateSpec.of(config)
+    step = make_update(single, tiny_model, tiny_tx)
+    for epoch_key in jax.random.split(jax.random.key(7), 2):
+        for idx in _mini_batch_rows(spec, tiny_batch.row_mask, epoch_key):
+            mb, ma = jax.tree.map(lambda x: x[idx], tiny_batch), _pick_rows(adv, idx)
+            assert int(mb.row_mask.sum()) in (int(tiny_batch.row_mask.sum()) // 2,
+                                              -(-int(tiny_batch.row_mask.sum()) // 2))  # real rows split evenly
+            big = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros_like(x)]), mb)  # full capacity, padded
+            big_adv = ma.replace(**{k: jnp.concatenate([getattr(ma, k), jnp.zeros_like(getattr(ma, k))])
+                                    for k in ("advantage", "returns", "values")})
+            reference, _ = step(reference, big, big_adv, None)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(reference.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
+    with pytest.raises(ValueError, match="mini-batches of whole micro-batches"):
+        TrainConfig.tiny(mini_batches=3)
