@@ -42,7 +42,7 @@ def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | N
 def smoke_run(method: str, seed: int, *, results: str = RESULTS) -> RunConfig:
     """2 updates of 2 groups × 4 rollouts × 6 steps, eval on 4 tasks, a 4-episode / 5-step warm start."""
     run = tiny_run(method, seed, results=results)
-    run = run.with_sizes(num_groups=2, group_size=4, max_steps=6, micro_batch_size=16)
+    run = run.with_sizes(num_groups=2, group_size=4, max_steps=6, micro_batch_size=12)
     return run.replace(updates=2, eval_every=1, eval_tasks=4,
                        eval_seeds=1, checkpoint_every=1,
                        out_dir=os.path.join(results, "runs", "smoke", method, f"seed{seed}"),
@@ -69,7 +69,7 @@ def ablation_runs(base: RunConfig, seed: int = 0) -> dict[str, RunConfig]:
     for g in GROUP_SIZES:
         ro = base.train.rollout
         rows, micro = ro.num_groups * g * ro.max_steps, base.train.micro_batch_size
-        while rows % micro:  # keep a micro-batch that divides the new batch
+        while rows % (micro * base.train.mini_batches):  # keep mini-batches of whole micro-batches
             micro //= 2
         runs[f"group_{g}"] = base.with_sizes(group_size=g, micro_batch_size=micro)
     return {name: run.replace(train=run.train.replace(seed=seed), out_dir=os.path.join(root, name, f"seed{seed}"))

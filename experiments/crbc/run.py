@@ -8,11 +8,12 @@
     python experiments/crbc/run.py --smoke              # 2 updates, 1 seed, small sizes: the pipeline end to end
     python experiments/crbc/run.py --report-only        # rebuild the table and figure from the runs' metrics
 
-Every run has the same budget (12 updates × 4 groups × 8 rollouts × ≤ 15 turns; ``--updates`` changes it) and
-starts from the same supervised warm start on oracle demonstrations (64 episodes, 100 AdamW steps; cached once in
-``results/warmstart/``, identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs that
-already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``); an interrupted run resumes from its
-checkpoint.
+Every run has the same budget (10 updates × 4 groups × 8 rollouts × ≤ 15 turns, 4 optimizer steps per update;
+``--updates`` changes it) and starts from the same supervised warm start on oracle demonstrations (1,000 episodes,
+1,000 AdamW steps; about 15 minutes on 2 cores, made once and cached in ``results/warmstart/``, identical for every
+method and seed; see :mod:`agentjax.train.warmstart`). Runs are made seed by seed (every method's seed 0 first).
+Runs that already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``); an interrupted run
+resumes from its checkpoint.
 
 The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it reproduces the table from the
 runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
@@ -204,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
         runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods for s in seeds}
     else:
-        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for m in args.methods
-                for s in args.seeds}
+        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds
+                for m in args.methods}  # seed by seed: every method has its seed 0 before any seed 1
     if args.dry_run:
         for (m, s), run in runs.items():
             print(f"{m} seed {s}: {run.updates} updates -> {run.out_dir}")

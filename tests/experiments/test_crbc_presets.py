@@ -88,7 +88,7 @@ def test_ablation_grid():
     assert sorted(r.train.rollout.group_size for r in groups.values()) == [4, 8, 16]
     for r in groups.values():
         assert r.collect.group_size == r.train.rollout.group_size  # both sides of the sizes changed
-        assert r.train.rollout.rows % r.train.micro_batch_size == 0
+        assert r.train.rollout.rows % (r.train.micro_batch_size * r.train.mini_batches) == 0
     assert len({r.out_dir for r in runs.values()}) == 15 and all(r.train.seed == 1 for r in runs.values())
     with pytest.raises(ValueError, match="vary CRBC"):
         ablation_runs(tiny_run("grpo", 0))

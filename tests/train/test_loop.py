@@ -34,10 +34,12 @@ orbax_leftovers = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExc
 
 
 def small_run(out_dir, method: str = "crbc", **changes) -> RunConfig:
-    """The tiny preset shrunk: 1-layer d=32 policy, 1 group x 2 rollouts x 2 steps, eval on 1 task, no warm start."""
+    """The tiny preset shrunk: 1-layer d=32 policy, 1 group x 2 rollouts x 2 steps (one optimizer step per update),
+    eval on 1 task, no warm start."""
     run = tiny(method)
     run = run.replace(train=run.train.replace(
-        model=ModelConfig(tiny_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8)), micro_batch_size=4))
+        model=ModelConfig(tiny_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8)), micro_batch_size=4,
+        mini_batches=1))
     run = run.with_sizes(num_groups=1, group_size=2, max_steps=2)
     return run.replace(**(dict(eval_tasks=1, eval_seeds=1, eval_every=1, updates=2, checkpoint_every=1,
                                warm_start=None, progress=False, out_dir=str(out_dir)) | changes))
