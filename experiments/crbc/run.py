@@ -19,8 +19,9 @@ The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it 
 runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
 the success rate on the first ``eval_tasks`` Sokoban ``valid`` rooms; initial is the warm-started policy before the
 first update, best is over the evaluations after updates — and the gain final − initial, as mean ± std over
-training seeds, plus the training batches' success averaged over the run), and ``results/tiny_curves.png`` (eval
-and training success against updates, mean ± std).
+training seeds, plus the training batches' success averaged over the run and its difference from GRPO's, paired
+by seed and update: the same rooms), and ``results/tiny_curves.png`` (eval and training success against
+updates, mean ± std).
 """
 
 from __future__ import annotations
@@ -117,8 +118,16 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
 
 
+BASELINE = "grpo"  # the paired column compares every method's training success with this one's
+
+
 def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "tiny") -> dict:
-    """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' metrics."""
+    """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' metrics.
+
+    Besides the eval columns, ``train_minus_base`` pairs each method with :data:`BASELINE` by seed and update:
+    runs with the same seed draw the same rooms at the same update (the task stream depends on the seed only), so
+    the mean over updates of the difference in training success is free of the rooms' difficulty, which dominates
+    a 4-room batch's success rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -145,6 +154,15 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
                         "train_mean": _mean_std(train_mean), "initial_per_seed": initials,
                         "final_per_seed": finals, "best_per_seed": bests}
         curves[label] = per_seed
+    base = BASELINE if BASELINE in curves else None
+    for label in curves:  # paired by seed and update: the same rooms, so room difficulty cancels
+        if base is not None and label != base:
+            diffs = []
+            for seed in sorted(set(curves[label]) & set(curves[base])):
+                mine, theirs = dict(curves[label][seed]["train"]), dict(curves[base][seed]["train"])
+                common = sorted(set(mine) & set(theirs))
+                diffs.append(float(np.mean([mine[s] - theirs[s] for s in common])))
+            table[label]["train_minus_base"] = _mean_std(diffs) if diffs else (float("nan"), 0.0)
     os.makedirs(results, exist_ok=True)
     some = next(iter(runs.values()))
     header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name} "
@@ -153,12 +171,13 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
               "Success rate (mean ± std over training seeds). Made by `python experiments/crbc/run.py"
               f"{' --smoke' if name == 'smoke' else ''}`.\n\n")
     rows = ["| method | seeds | initial eval success | final eval success | gain (final − initial) "
-            "| best eval success | mean train success |",
-            "|---|---|---|---|---|---|---|"]
+            f"| best eval success | mean train success | mean train success − {BASELINE} (paired) |",
+            "|---|---|---|---|---|---|---|---|"]
     for label, r in table.items():
         fmt = lambda ms: f"{ms[0]:.3f} ± {ms[1]:.3f}"  # noqa: E731
+        signed = lambda ms: "—" if ms is None else f"{ms[0]:+.3f} ± {ms[1]:.3f}"  # noqa: E731
         rows.append(f"| {label} | {len(r['seeds'])} | {fmt(r['initial'])} | {fmt(r['final'])} | {fmt(r['gain'])} "
-                    f"| {fmt(r['best'])} | {fmt(r['train_mean'])} |")
+                    f"| {fmt(r['best'])} | {fmt(r['train_mean'])} | {signed(r.get('train_minus_base'))} |")
     with open(os.path.join(results, f"{name}_results.md"), "w") as f:
         f.write(header + "\n".join(rows) + "\n")
     with open(os.path.join(results, f"{name}_results.json"), "w") as f:

@@ -120,7 +120,10 @@ def test_report_reproduces_the_table_from_the_metrics(tmp_path):
     assert table["crbc"]["final"] == pytest.approx((0.7, 0.1414213), abs=1e-6)
     assert table["crbc"]["train_mean"] == pytest.approx((0.2875, 0.0530330), abs=1e-6)  # (0.2+0.3)/2, (0.25+0.4)/2
     md = (tmp_path / "tiny_results.md").read_text()
-    assert ("| crbc | 2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.500 ± 0.141 | 0.700 ± 0.141 | 0.287 ± 0.053 |"
-            in md), md
+    # paired with grpo by seed and update: seed 0 (0.2-0.05, 0.3-0.15) -> 0.15, seed 1 (0.25-0.1, 0.4-0.05) -> 0.25
+    assert table["crbc"]["train_minus_base"] == pytest.approx((0.2, 0.0707107), abs=1e-6)
+    assert ("| crbc | 2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.500 ± 0.141 | 0.700 ± 0.141 | 0.287 ± 0.053 "
+            "| +0.200 ± 0.071 |" in md), md
+    assert "| grpo | 2 |" in md and md.count("| — |") == 1, md
     assert json.load(open(tmp_path / "tiny_results.json"))["results"]["grpo"]["final_per_seed"] == [0.3, 0.1]
     assert (tmp_path / "tiny_curves.png").stat().st_size > 10_000
