@@ -268,7 +268,7 @@ def test_mini_batches_and_epochs_are_that_many_optimizer_steps(tiny_config, tiny
     step = make_update(single, tiny_model, tiny_tx)
     for epoch_key in jax.random.split(jax.random.key(7), 2):
         for idx in _mini_batch_rows(spec, tiny_batch.row_mask, epoch_key):
-            mb, ma = jax.tree.map(lambda x: x[idx], tiny_batch), _pick_rows(adv, idx)
+            mb, ma = jax.tree.map(lambda x, idx=idx: x[idx], tiny_batch), _pick_rows(adv, idx)
             assert int(mb.row_mask.sum()) in (int(tiny_batch.row_mask.sum()) // 2,
                                               -(-int(tiny_batch.row_mask.sum()) // 2))  # real rows split evenly
             big = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros_like(x)]), mb)  # full capacity, padded
