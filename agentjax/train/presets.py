@@ -25,7 +25,7 @@ success 0.27 against 0.20 after a 64-episode warm start). Tuning on Sokoban (GRP
 start, learning rates 2e-4 to 3e-3 with one or four optimizer steps per update showed no eval gain in 12 updates;
 unmasked training at 1e-3 blew the entropy up (AdamW moves every unembedding row). Measured on the shared 2-core
 CPU with two runs side by side: an update ≈ 80 s (generate ≈ 45 s, update ≈ 30 s for ≈ 450 turns), an
-evaluation of 48 episodes ≈ 75 s; the warm start ≈ 15 min alone (37 min beside another run), once.
+evaluation of 48 episodes ≈ 75 s; the warm start 37 min beside another run (measured; not timed alone), once.
 """
 
 from __future__ import annotations

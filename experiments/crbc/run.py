@@ -10,10 +10,10 @@
 
 Every run has the same budget (10 updates × 4 groups × 8 rollouts × ≤ 15 turns, 4 optimizer steps per update;
 ``--updates`` changes it) and starts from the same supervised warm start on oracle demonstrations (1,000 episodes,
-1,000 AdamW steps; about 15 minutes on 2 cores, made once and cached in ``results/warmstart/``, identical for every
-method and seed; see :mod:`agentjax.train.warmstart`). Runs are made seed by seed (every method's seed 0 first).
-Runs that already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``); an interrupted run
-resumes from its checkpoint.
+1,000 AdamW steps; 37 minutes measured on 2 shared cores, made once and cached in ``results/warmstart/``,
+identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made seed by seed (every
+method's seed 0 first). Runs that already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``);
+an interrupted run resumes from its checkpoint.
 
 The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it reproduces the table from the
 runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
