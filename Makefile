@@ -4,7 +4,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench lint clean alfworld-data
+.PHONY: test demo bench lint clean alfworld-data data
+
+# Benchmark data (README, "Data"): $AGENTJAX_DATA, else ../shared/data beside the project when it is there.
+ifeq ($(AGENTJAX_DATA),)
+ifneq ($(wildcard ../shared/data),)
+export AGENTJAX_DATA := $(abspath ../shared/data)
+endif
+endif
 
 # ALFWorld games (envs/alfworld): unless ALFWORLD_DATA is set, unpack the archives in $AGENTJAX_DATA/alfworld (default
 # ../shared/data/alfworld) once into .data/alfworld (about 3 s) and export ALFWORLD_DATA=.data/alfworld.
@@ -49,6 +56,12 @@ alfworld-data: | $(PY)
 ifdef ALFWORLD_UNPACK
 	$(PY) envs/alfworld/prepare_data.py --archives $(ALFWORLD_ARCHIVES) --dest $(ALFWORLD_DATA)
 endif
+
+# The benchmark data (envs/data.py): fetch what is missing under $AGENTJAX_DATA (default ../shared/data) from the
+# official sources and check every sha256 (README, "Data"). DATA_ARGS="--mirror URL" (a copy of the data folder),
+# "--only alfworld webshop", "--verify" (check only), "--dest DIR".
+data: $(STAMP)
+	$(PY) -m agentjax.cli data $(DATA_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check agentjax envs experiments tests

@@ -128,11 +128,29 @@ class Env(abc.ABC):
         """The fixed manifest of a split, in a stable order."""
 
 
+# Where the benchmark data sits when no variable says otherwise: ``../shared/data`` beside the project (README).
+DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def default_data_dir() -> pathlib.Path | None:
+    """The documented data folder when it exists: ``../shared/data`` from the working directory, else from the
+    project's root (an editable install); None when neither exists."""
+    for candidate in (pathlib.Path.cwd().parent / "shared" / "data", DEFAULT_DATA):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
 def data_root(subdir: str, *, variable: str = "AGENTJAX_DATA", hint: str = "") -> pathlib.Path:
-    """``$AGENTJAX_DATA/<subdir>`` (or another variable's folder), with an error that says what to set."""
+    """``$AGENTJAX_DATA/<subdir>`` (or another variable's folder); without the variable, ``<subdir>`` of the
+    documented folder (:func:`default_data_dir`, only for ``AGENTJAX_DATA``). Errors say what to set."""
     value = os.environ.get(variable)
     if not value:
-        raise FileNotFoundError(f"set {variable} to the benchmark data folder (it should contain {subdir}/){hint}")
+        default = default_data_dir() if variable == "AGENTJAX_DATA" else None
+        if default is None or not (default / subdir).exists():
+            raise FileNotFoundError(f"set {variable} to the benchmark data folder (it should contain {subdir}/; "
+                                    f"without it ../shared/data is used when it exists){hint}")
+        return default / subdir
     path = pathlib.Path(value).expanduser() / subdir
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: {variable}={value} should contain {subdir}/{hint}")

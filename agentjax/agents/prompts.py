@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from envs.base import Obs
@@ -65,6 +65,11 @@ class PromptTemplate:
     action_item: str = "'{action}'"  # how one admissible action is written in {actions}
     action_sep: str = "\n "  # what joins the written actions (verl-agent ALFWorld: "\n ")
     system: str | None = None  # a system message, or None for the chat template's default
+    render: Callable[[str], str] | None = None  # the shown text of an observation's text (None: as it is)
+
+    def show(self, text: str) -> str:
+        """An observation's text as this template shows it (current observation and history records)."""
+        return text if self.render is None else self.render(text)
 
 
 @runtime_checkable
@@ -127,7 +132,7 @@ def build_prompt(
         raise ValueError(f"build_prompt: {len(history)} history records but only {step} steps taken")
     fields = dict(
         task_description=task_description(obs.instruction),
-        current_observation=obs.text,
+        current_observation=template.show(obs.text),
         admissible_block=render_admissible(template, obs.admissible),
         action_hint=template.action_hint,
     )
@@ -142,7 +147,7 @@ def build_prompt(
         **fields,
         step_count=step,
         history_length=k,
-        action_history=render_history(window, first_step=step - k + 1),
+        action_history=render_history([(template.show(o), a) for o, a in window], first_step=step - k + 1),
         current_step=step + 1,
     )
 

@@ -113,6 +113,7 @@ class DecodeState:
     finish_b: jax.Array  # [B] int32 (Finish)
     step: jax.Array  # [] int32
     key: jax.Array  # PRNG key
+    row_keys: jax.Array | None = None  # [B] PRNG keys: row b samples token s with fold_in(row_keys[b], s)
 
 
 def filter_top_k_top_p(z_bv: Float[Array, "B V"], top_k: int, top_p: float) -> Float[Array, "B V"]:
@@ -153,7 +154,11 @@ def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: Sampling
         token_b = jnp.argmax(z, axis=-1).astype(jnp.int32)
     else:
         z = filter_top_k_top_p(z, params.top_k, params.top_p)
-        token_b = jax.random.categorical(sub, z, axis=-1).astype(jnp.int32)
+        if state.row_keys is None:
+            token_b = jax.random.categorical(sub, z, axis=-1).astype(jnp.int32)
+        else:  # per-row streams: a row's draws do not depend on which other rows share the batch
+            keys_b = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state.row_keys, state.step)
+            token_b = jax.vmap(jax.random.categorical)(keys_b, z).astype(jnp.int32)
 
     live_b = state.finish_b == Finish.RUNNING
     rows = jnp.arange(b)
@@ -176,11 +181,11 @@ def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: Sampling
     logits_bv = model.logits(out.hidden_bld)[:, 0, :]
     return DecodeState(cache=out.cache, logits_bv=logits_bv, position_b=state.position_b + 1, node_b=node_b,
                        tokens_bt=tokens_bt, logp_bt=logp_bt, logp_unmasked_bt=logp_un_bt, length_b=length_b,
-                       finish_b=finish_b.astype(jnp.int32), step=state.step + 1, key=key)
+                       finish_b=finish_b.astype(jnp.int32), step=state.step + 1, key=key, row_keys=state.row_keys)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "slots", "max_new"))
-def _prefill(graphdef, weights, tokens_bl, segment_bl, key, *, slots: int, max_new: int) -> DecodeState:
+def _prefill(graphdef, weights, tokens_bl, segment_bl, key, row_keys, *, slots: int, max_new: int) -> DecodeState:
     model = nnx.merge(graphdef, weights)
     b, lp = tokens_bl.shape
     cache = KVCache.init(model.config, b, slots)
@@ -191,7 +196,8 @@ def _prefill(graphdef, weights, tokens_bl, segment_bl, key, *, slots: int, max_n
     return DecodeState(cache=out.cache, logits_bv=logits_bv, position_b=jnp.sum(segment_bl, axis=1).astype(jnp.int32),
                        node_b=jnp.zeros((b,), jnp.int32), tokens_bt=jnp.zeros((b, max_new), jnp.int32),
                        logp_bt=zeros_bt, logp_unmasked_bt=zeros_bt, length_b=jnp.zeros((b,), jnp.int32),
-                       finish_b=jnp.zeros((b,), jnp.int32), step=jnp.zeros((), jnp.int32), key=key)
+                       finish_b=jnp.zeros((b,), jnp.int32), step=jnp.zeros((), jnp.int32), key=key,
+                       row_keys=row_keys)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "params"), donate_argnames=("state",))
@@ -246,6 +252,7 @@ class Sampler:
         max_new_tokens: Sequence[int] | np.ndarray | None = None,
         allowed: Sequence[Sequence[str]] | constrain.TokenTrie | None = None,
         max_trie_edges: int = 1024,
+        row_keys: jax.Array | None = None,
     ) -> SampleOutput:
         """Samples a response for every prompt.
 
@@ -258,6 +265,9 @@ class Sampler:
             a prebuilt :class:`~agentjax.models.constrain.TokenTrie`. A row then emits exactly one allowed string
             followed by a stop token, which ``params.stop_token_ids`` must provide.
           max_trie_edges: edge capacity of the trie built from strings (rounded up to a power of two).
+          row_keys: [B] PRNG keys, one stream per row (row b draws its s-th token with ``fold_in(row_keys[b], s)``
+            instead of ``key``): a row's sample then depends on its prompt and its key only, not on the other rows
+            of the batch — common random numbers across policies and batch compositions (evaluation).
         """
         b = len(prompts)
         max_new = params.max_new_tokens
@@ -284,7 +294,9 @@ class Sampler:
                                             vocab_size=self.config.vocab_size)
         tokens, segment = left_pad(prompts, params.prompt_bucket)
         slots = tokens.shape[1] + max_new
-        state = _prefill(self.graphdef, self.weights, jnp.asarray(tokens), jnp.asarray(segment), key,
+        if row_keys is not None and row_keys.shape != (b,):
+            raise ValueError(f"row_keys must hold one key per prompt ({b}), got shape {row_keys.shape}")
+        state = _prefill(self.graphdef, self.weights, jnp.asarray(tokens), jnp.asarray(segment), key, row_keys,
                          slots=slots, max_new=max_new)
         stop_ids = jnp.asarray(params.stop_token_ids, jnp.int32).reshape(-1)
         limit = jnp.asarray(limit_b)

@@ -15,7 +15,10 @@ followed by :func:`to_step_batch` (the one conversion into arrays) and :func:`su
    actions sit at the end; the system prompt and the oldest text are cut). Truncations are counted in the stats.
 2. *One* ``policy.generate`` call for all live rows, the batch padded with dummy rows (a copy of the first prompt,
    one new token) to a multiple of ``batch_bucket`` so that a run compiles a bounded number of programs. The
-   key of turn ``t`` is ``fold_in(key, t)``: the same key and tasks give the same batch. With ``constrained``,
+   key of turn ``t`` is ``fold_in(key, t)``: the same key and tasks give the same batch. With ``row_keys`` each
+   slot ``s`` samples from its own stream ``fold_in(fold_in(key, t), s)``, so an episode's draws do not depend
+   on which other episodes are still running (common random numbers: two policies evaluated with one key see
+   the same uniforms in the same episode and turn). With ``constrained``,
    every row may only emit ``constrained_format.format(action=a)`` for an admissible action ``a`` of its
    observation, then a stop token (a trie over the tokenisations; rows whose env has no admissible list are
    free); the reply is then projected without the ``<think>`` requirement.
@@ -76,6 +79,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import jax
 import numpy as np
 
+from agentjax.agents.compact import PROMPT_STYLES, templates
 from agentjax.agents.projection import (
     INVALID_PENALTY,
     Projected,
@@ -84,7 +88,7 @@ from agentjax.agents.projection import (
     project_textcraft,
     project_webshop,
 )
-from agentjax.agents.prompts import TEMPLATES, PromptTemplate, build_messages, encode_prompt
+from agentjax.agents.prompts import PromptTemplate, build_messages, encode_prompt
 from agentjax.models import constrain
 from agentjax.models.sampler import SampleOutput, SamplingParams
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
@@ -138,6 +142,8 @@ class CollectConfig:
     group_size: int = 8  # G rollouts per task, from the same reset state
     max_steps: int = 50  # the collector's cap on turns per episode (the env's own limit applies as well)
     history_length: int = 2  # (observation, action) records shown in the prompt (METHODS.md: 2)
+    prompt: Literal["verl-agent", "compact"] = "verl-agent"  # the template set (agentjax.agents.compact)
+    row_keys: bool = False  # one sampling stream per slot and turn (common random numbers; evaluation uses it)
     sampling: SamplingParams = SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=_QWEN_STOPS,
                                               prompt_bucket=256)  # max_new_tokens is the response capacity Lr
     max_prompt_tokens: int = 2048  # the prompt capacity Lp of the StepBatch
@@ -165,6 +171,8 @@ class CollectConfig:
             raise ValueError(f"CollectConfig.history_length must be >= 0, got {self.history_length}")
         if self.capacity is not None and self.capacity < 1:
             raise ValueError(f"CollectConfig.capacity must be >= 1 or None, got {self.capacity}")
+        if self.prompt not in PROMPT_STYLES:
+            raise ValueError(f"CollectConfig.prompt must be one of {PROMPT_STYLES}, got {self.prompt!r}")
         if self.truncation not in ("error", "left"):
             raise ValueError(f"CollectConfig.truncation must be 'error' or 'left', got {self.truncation!r}")
         if self.reward not in ("success", "env"):
@@ -402,7 +410,7 @@ def run_episodes(
       policy: a :class:`~agentjax.models.Sampler` (or anything with its ``generate`` and ``tokenizer``).
       config: :class:`CollectConfig`.
       key: PRNG key; turn ``t`` samples with ``fold_in(key, t)``.
-      template: the prompt template for every task (default ``TEMPLATES[task.env]``).
+      template: the prompt template for every task (default: ``config.prompt``'s template of ``task.env``).
       projector: the reply projection for every task (default ``PROJECTORS[task.env]``), called as
         ``projector(reply, admissible, require_think=...)``.
       task_indices: the StepBatch ``task`` id of each task (e.g. its index in the split's manifest); default
@@ -420,7 +428,8 @@ def run_episodes(
     task_index = list(range(len(tasks))) if task_indices is None else [int(i) for i in task_indices]
     if len(task_index) != len(tasks):
         raise ValueError(f"collect: {len(task_index)} task_indices for {len(tasks)} tasks")
-    templates = [template or _lookup(TEMPLATES, t.env, "prompt template", "template") for t in tasks]
+    table = templates(config.prompt)
+    templates_ = [template or _lookup(table, t.env, "prompt template", "template") for t in tasks]
     projectors = [projector or _lookup(PROJECTORS, t.env, "projector", "projector") for t in tasks]
     vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
     require_think = config.require_think and not config.constrained
@@ -444,7 +453,7 @@ def run_episodes(
         prompts, truncated = [], []
         for slot in live:
             g = slot // g_size
-            messages = build_messages(templates[g], obs[slot], history[slot], step, config.history_length)
+            messages = build_messages(templates_[g], obs[slot], history[slot], step, config.history_length)
             ids, cut = _encode(tokenizer, messages, config,
                                f"slot {slot} (task {tasks[g].task_id!r}, step {step})")
             prompts.append(ids)
@@ -459,8 +468,13 @@ def run_episodes(
         # 2. one batched policy call
         t0 = time.perf_counter()
         limits = np.array([config.max_response_tokens] * len(live) + [1] * pad, np.int32)
-        out = policy.generate(prompts + [prompts[0]] * pad, config.sampling, jax.random.fold_in(key, step),
-                              max_new_tokens=limits, allowed=allowed)
+        turn_key = jax.random.fold_in(key, step)
+        extra = {}
+        if config.row_keys:  # slot s, turn t: fold_in(fold_in(key, t), s), whoever else is still playing
+            extra["row_keys"] = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+                turn_key, np.asarray(live + [n] * pad, np.uint32))
+        out = policy.generate(prompts + [prompts[0]] * pad, config.sampling, turn_key, max_new_tokens=limits,
+                              allowed=allowed, **extra)
         generate_s += time.perf_counter() - t0
         live_per_call.append(len(live))
         padded_per_call.append(len(live) + pad)

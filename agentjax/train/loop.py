@@ -15,9 +15,10 @@ state (or the newest checkpoint that restores, with ``resume=True``), the sample
    Then :func:`~agentjax.train.update.check_nonfinite`: a NaN/Inf update was skipped by ``update`` (parameters
    unchanged), is logged here, and the run stops with ``NonFiniteUpdateError`` after
    ``train.max_nonfinite_updates`` skips — the metrics line of the last skip is written first.
-6. Evaluation after every ``eval_every``-th update and after the last (:mod:`agentjax.train.eval`; its key
-   depends on (seed, update) only, so evaluation never changes the training numbers); with ``eval_at_start`` a
-   run that starts from scratch first evaluates the initial policy and logs it as update 0 (``eval/`` only).
+6. Evaluation after every ``eval_every``-th update and after the last (:mod:`agentjax.train.eval`; one key per
+   run, from the seed only: common random numbers across eval points, and evaluation never changes the training
+   numbers); with ``eval_at_start`` a run that starts from scratch first evaluates the initial policy and logs
+   it as update 0 (``eval/`` only). Per-episode outcomes go to ``<out_dir>/eval/<update>.json``.
 7. A checkpoint after every ``checkpoint_every``-th update and after the last (metadata: the run config).
 
 Reproducibility. Every random draw comes from ``state.rng`` through ``next_key`` (collection, update order) or from
@@ -210,6 +211,20 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
                    resumed_from=resumed_from)
 
 
+def _eval_scalars(evaluation: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in evaluation.items() if k not in ("seconds", "outcomes")}
+
+
+def _save_outcomes(run: RunConfig, tasks: list, step: int, evaluation: Mapping[str, Any]) -> None:
+    """``<out_dir>/eval/<step>.json``: the per-episode outcomes ``[task][seed]`` with the task ids, for paired
+    comparisons between eval points and runs (the same episodes and keys: :mod:`agentjax.train.eval`)."""
+    folder = os.path.join(run.out_dir, "eval")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{step}.json"), "w") as f:
+        json.dump({"step": step, "tasks": [t.task_id for t in tasks], "outcomes": evaluation["outcomes"],
+                   "success_rate": evaluation["success_rate"], "success_se": evaluation["success_se"]}, f)
+
+
 def _due(step: int, every: int, last: int) -> bool:
     return bool(every) and (step % every == 0 or step == last)
 
@@ -230,10 +245,10 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
             t0 = time.perf_counter()
             sync_model(t.model, t.state, copy=False)
             t.sampler.update_weights(t.model)
-            last_eval = evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(cfg.seed, 0),
+            last_eval = evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(cfg.seed),
                                  task_indices=range(len(t.eval_tasks)))
-            writer.write(0, update_metrics(eval={k: v for k, v in last_eval.items() if k != "seconds"})
-                         | {"time/eval": time.perf_counter() - t0})
+            _save_outcomes(run, t.eval_tasks, 0, last_eval)
+            writer.write(0, update_metrics(eval=_eval_scalars(last_eval)) | {"time/eval": time.perf_counter() - t0})
         with ProgressBar(run.updates, completed=start, description=f"{cfg.credit.method} {run.env}",
                          shown=("rollout/success_rate", "eval/success_rate", "train/loss", "train/kl"),
                          disable=not run.progress) as bar:
@@ -262,11 +277,12 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
                         sync_model(t.model, state, copy=False)
                         t.sampler.update_weights(t.model)
                         evaluation = evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect,
-                                              eval_key(cfg.seed, step), task_indices=range(len(t.eval_tasks)))
+                                              eval_key(cfg.seed), task_indices=range(len(t.eval_tasks)))
+                        _save_outcomes(run, t.eval_tasks, step, evaluation)
                     last_eval = evaluation
                 timing = {"env": stats.env_seconds, "generate": stats.generate_seconds, "prompt": stats.prompt_seconds}
                 record = update_metrics(train=metrics, rollout=_rollout_scalars(stats), credit=adv.stats,
-                                        eval={k: v for k, v in evaluation.items() if k != "seconds"})
+                                        eval=_eval_scalars(evaluation))
                 try:  # log a skipped update before stopping the run for it
                     check_nonfinite(state, metrics, cfg)
                     stop = None
@@ -343,7 +359,7 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     pool = make_pool(run)
     try:
         result = evaluate(pool, eval_tasks, Sampler(model, tokenizer), run.eval_collect,
-                          eval_key(run.train.seed, restored.step), task_indices=range(len(eval_tasks)))
+                          eval_key(run.train.seed), task_indices=range(len(eval_tasks)))
     finally:
         pool.close()
     result = {"step": restored.step, "env": run.env, "split": spec.eval_split, "tasks": len(eval_tasks),

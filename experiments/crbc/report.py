@@ -1,0 +1,178 @@
+"""The tiny experiment's report: eval success ± standard error, gains, paired differences, updates to threshold.
+
+Reads only the runs' files (``metrics.jsonl`` and the per-episode eval outcomes ``eval/<update>.json`` that the
+loop writes), so ``python experiments/crbc/run.py --report-only`` rebuilds the table from the runs.
+
+Statistics (every run of a seed evaluates the same episodes with the same sampling streams at every eval point,
+and runs of different methods with the same seed share them too: common random numbers, :mod:`agentjax.train.eval`):
+
+- per run: success ``p`` at each eval point over its ``N`` episodes (eval tasks × eval seeds);
+- per method, over training seeds ``s = 1..S``: the mean of ``p_s`` and its standard error ``std_s(p_s) / √S``
+  (``S`` seeds; the episode noise is inside the seed-to-seed spread);
+- gain = final − initial per seed (paired episode by episode), mean ± SE over seeds; ``z`` = mean / SE;
+- the paired difference to :data:`BASELINE`: per seed, the mean over the same episodes of the two methods'
+  outcomes' difference, then mean ± SE over seeds;
+- updates to threshold: the first eval update at which the method's seed-mean eval success reaches the threshold
+  (default GraphGPO's final seed-mean success, the paper's comparison: "CRBC reaches GraphGPO's final reward in
+  about half the updates"); ``—`` if never.
+
+A difference is called out as within noise when ``|mean| < 2·SE``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from agentjax.train.metrics import read_metrics
+
+BASELINE = "grpo"
+THRESHOLD_METHOD = "graphgpo"
+
+
+def eval_outcomes(out_dir: str) -> dict[int, np.ndarray]:
+    """``{update: [tasks, seeds] 0/1}`` of a run's evaluations (``eval/<update>.json``)."""
+    folder = os.path.join(out_dir, "eval")
+    out = {}
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.endswith(".json") and name[:-5].isdigit():
+                with open(os.path.join(folder, name)) as f:
+                    out[int(name[:-5])] = np.asarray(json.load(f)["outcomes"], np.float64)
+    return dict(sorted(out.items()))
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, np.float64)
+    se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")
+    mean = float(a.mean()) if a.size else float("nan")
+    return {"mean": mean, "se": se, "z": mean / se if se and np.isfinite(se) else float("nan"), "n": float(a.size)}
+
+
+def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = None) -> dict[str, dict]:
+    """Per method: initial / final / best eval success, gain, paired difference to the baseline, mean training
+    success and its paired difference, updates to the threshold, and the curves (module docstring)."""
+    outcomes = {k: eval_outcomes(r.out_dir) for k, r in runs.items()}
+    outcomes = {k: v for k, v in outcomes.items() if v}
+    train = {k: {x["step"]: x["rollout/success_rate"] for x in read_metrics(r.out_dir) if "rollout/success_rate" in x}
+             for k, r in runs.items() if k in outcomes}
+    labels = list(dict.fromkeys(label for label, _ in outcomes))
+    table: dict[str, dict] = {}
+    for label in labels:
+        seeds = sorted(s for lab, s in outcomes if lab == label)
+        per = {s: outcomes[(label, s)] for s in seeds}
+        last = {s: max(per[s]) for s in seeds}
+        finals = [per[s][last[s]].mean() for s in seeds]
+        initials = [per[s][0].mean() for s in seeds if 0 in per[s]]
+        gains = [(per[s][last[s]] - per[s][0]).mean() for s in seeds if 0 in per[s]]
+        bests = [max(o.mean() for u, o in per[s].items() if u > 0) for s in seeds if len(per[s]) > 1]
+        steps = sorted(set.intersection(*(set(per[s]) for s in seeds)))
+        curve = {u: float(np.mean([per[s][u].mean() for s in seeds])) for u in steps}
+        curve_se = {u: _ms([per[s][u].mean() for s in seeds])["se"] for u in steps}
+        train_curve = {u: float(np.mean([train[(label, s)][u] for s in seeds if u in train[(label, s)]]))
+                       for u in sorted(set.union(*(set(train[(label, s)]) for s in seeds)))}
+        table[label] = {
+            "seeds": seeds, "episodes": int(per[seeds[0]][last[seeds[0]]].size), "updates": last[seeds[0]],
+            "initial": _ms(initials), "final": _ms(finals), "best": _ms(bests), "gain": _ms(gains),
+            "train_mean": _ms([float(np.mean(list(train[(label, s)].values()))) for s in seeds]),
+            "curve": curve, "curve_se": curve_se, "train_curve": train_curve,
+        }
+    if BASELINE in table:
+        for label in table:
+            if label == BASELINE:
+                continue
+            common = [s for s in table[label]["seeds"] if s in table[BASELINE]["seeds"]]
+            diffs, tdiffs = [], []
+            for s in common:
+                mine, base = outcomes[(label, s)], outcomes[(BASELINE, s)]
+                u = min(max(mine), max(base))
+                if mine[u].shape == base[u].shape:
+                    diffs.append(float((mine[u] - base[u]).mean()))
+                tm, tb = train[(label, s)], train[(BASELINE, s)]
+                tdiffs.append(float(np.mean([tm[k] - tb[k] for k in sorted(set(tm) & set(tb))])))
+            table[label]["final_minus_base"] = _ms(diffs)
+            table[label]["train_minus_base"] = _ms(tdiffs)
+    if threshold is None and THRESHOLD_METHOD in table:
+        threshold = table[THRESHOLD_METHOD]["final"]["mean"]
+    for r in table.values():
+        reached = [u for u, v in r["curve"].items() if u > 0 and threshold is not None and v >= threshold - 1e-12]
+        r["updates_to_threshold"] = reached[0] if reached else None
+        r["threshold"] = threshold
+    return table
+
+
+def _fmt(ms: Mapping[str, float] | None, signed: bool = False) -> str:
+    if ms is None or not np.isfinite(ms["mean"]):
+        return "—"
+    text = f"{ms['mean']:+.3f}" if signed else f"{ms['mean']:.3f}"
+    return text + (f" ± {ms['se']:.3f}" if np.isfinite(ms["se"]) else "")
+
+
+def _noise(ms: Mapping[str, float] | None) -> str:
+    if ms is None or not np.isfinite(ms.get("se", np.nan)):
+        return ""
+    return " (noise)" if abs(ms["mean"]) < 2 * ms["se"] else ""
+
+
+def markdown(table: Mapping[str, dict], header: str) -> str:
+    rows = [f"| method | seeds | initial | final | best | gain (final − initial) | gain / SE | final − {BASELINE} "
+            f"(paired) | train success | train − {BASELINE} (paired) | updates to {THRESHOLD_METHOD}'s final |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for label, r in table.items():
+        z = r["gain"]["z"]
+        rows.append(
+            f"| {label} | {len(r['seeds'])} | {_fmt(r['initial'])} | {_fmt(r['final'])} | {_fmt(r['best'])} "
+            f"| {_fmt(r['gain'], True)}{_noise(r['gain'])} | {z:.1f} | "
+            f"{_fmt(r.get('final_minus_base'), True)}{_noise(r.get('final_minus_base'))} | {_fmt(r['train_mean'])} | "
+            f"{_fmt(r.get('train_minus_base'), True)}{_noise(r.get('train_minus_base'))} | "
+            f"{r['updates_to_threshold'] if r['updates_to_threshold'] is not None else '—'} |")
+    return header + "\n".join(rows) + "\n"
+
+
+def plot(table: Mapping[str, dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for label, r in table.items():
+        steps = list(r["curve"])
+        mean = np.array([r["curve"][u] for u in steps])
+        se = np.nan_to_num(np.array([r["curve_se"][u] for u in steps]))
+        axes[0].plot(steps, mean, marker="o", label=label)
+        axes[0].fill_between(steps, mean - se, mean + se, alpha=0.15)
+        tsteps = list(r["train_curve"])
+        axes[1].plot(tsteps, [r["train_curve"][u] for u in tsteps], label=label)
+    for ax, title in zip(axes, ("eval success (held-out rooms, ± SE over seeds)", "training success (batch)"),
+                         strict=True):
+        ax.set_xlabel("update")
+        ax.set_ylabel("success rate")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, header: str) -> dict:
+    """``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results``; returns the table."""
+    table = summarise(runs)
+    os.makedirs(results, exist_ok=True)
+    text = markdown(table, header)
+    with open(os.path.join(results, f"{name}_results.md"), "w") as f:
+        f.write(text)
+    some = next(iter(runs.values()))
+    with open(os.path.join(results, f"{name}_results.json"), "w") as f:
+        json.dump({"config": some.to_dict(), "results": table}, f, indent=1, default=float)
+    plot(table, os.path.join(results, f"{name}_curves.png"))
+    print(text)
+    return table
+
+
+__all__ = ["BASELINE", "THRESHOLD_METHOD", "eval_outcomes", "markdown", "summarise", "write_report"]
