@@ -1,10 +1,11 @@
-"""The ``agentjax`` command: ``train`` and ``eval``.
+"""The ``agentjax`` command: ``train``, ``eval`` and ``data``.
 
 ::
 
     agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} --env {sokoban,alfworld,textcraft,webshop} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [overrides]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]
+    agentjax data [--mirror URL] [--only DATASET ...] [--dest DIR] [--verify]
 
 ``train`` builds the preset (:mod:`agentjax.train.presets`) and applies the overrides with ``tyro``: nested flags
 over every :class:`~agentjax.train.runconfig.RunConfig` field, e.g. ``--train.optimizer.learning-rate 1e-5``,
@@ -18,6 +19,12 @@ validation and prints the config as JSON.
 
 ``eval`` reads the run config from a checkpoint's metadata and evaluates the newest checkpoint that restores (or
 ``--step``) on the env's eval split; it prints and writes ``<run>/eval_<step>.json``.
+
+``data`` (:mod:`envs.data`) downloads the benchmark files that are missing under ``--dest`` (default
+``$AGENTJAX_DATA``, else ``../shared/data``) from the official sources, or from ``--mirror URL`` (a base URL serving
+the data folder's layout), checks every sha256 and prints one line per file and a summary per dataset;
+``--only alfworld webshop ...`` limits the datasets, ``--verify`` only checks what is there. A file that fails
+(unreachable, wrong hash: the URL and both hashes are named) is an error line, and the exit status is then 2.
 """
 
 from __future__ import annotations
@@ -120,9 +127,34 @@ def _eval(argv: Sequence[str]) -> int:
     return 0
 
 
+def _data(argv: Sequence[str]) -> int:
+    prog = "agentjax data"
+    from envs.data import DATASETS, fetch, summary
+
+    parser = _Parser(prog=prog, description="download and verify the benchmark data (envs/data.py)")
+    parser.add_argument("--mirror", metavar="URL", help="a base URL serving the data folder's layout "
+                        "(default: the official sources)")
+    parser.add_argument("--only", nargs="+", choices=DATASETS, metavar="DATASET",
+                        help=f"only these datasets ({', '.join(DATASETS)})")
+    parser.add_argument("--dest", help="the data root (default: $AGENTJAX_DATA, else ../shared/data)")
+    parser.add_argument("--verify", action="store_true", help="only check the files that are there")
+    args = parser.parse_args(argv)
+    if args.verify and args.mirror:
+        parser.error("--verify checks the files in place and takes no --mirror")
+    try:
+        results = fetch(args.dest, only=args.only, mirror=args.mirror, verify=args.verify, log=print)
+    except (ValueError, OSError) as e:
+        return _fail(prog, e)
+    print(summary(results))
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(f"{prog}: error: {r.path}: {r.status}: {r.detail}", file=sys.stderr)
+    return 2 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "eval": _eval}
+    commands = {"train": _train, "eval": _eval, "data": _data}
     if not argv or argv[0] in ("-h", "--help"):
         print("usage:" + _USAGE)
         return 0 if argv else 2
