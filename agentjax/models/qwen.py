@@ -23,6 +23,7 @@ Numerics: parameters in ``param_dtype``, matmuls in ``dtype``; RMSNorm, the atte
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import chex
@@ -77,6 +78,20 @@ def positions_from_segments(segment_bl: Int[Array, "B L"]) -> Int[Array, "B L"]:
     return jnp.where(segment_bl != 0, idx_bl - start_bl, 0).astype(jnp.int32)
 
 
+def dense(x: Array, w: Array, contract: int = 1) -> Array:
+    """``x · w`` over the last ``contract`` axes of ``x`` and the first ``contract`` of ``w``, as one 2-D matmul
+    over the flattened leading axes: ``[B, L, *in] · [*in, *out] -> [B, L, *out]`` (e.g. ``BLD,DNH->BLNH``).
+
+    The same products as the einsum; written this way because XLA:CPU differentiates a ``[B, L, D]`` einsum into
+    weight gradients that contract two axes and lays them out with transposing loop fusions, 3–4× slower than the
+    2-D form (measured on the tiny preset's MLP; ``experiments/bench/train.py``). Sharding is unaffected: the
+    merged row axis keeps the batch axis's sharding and the merged weight axis the heads' one.
+    """
+    k = math.prod(w.shape[:contract])
+    out = x.reshape(-1, k) @ w.reshape(k, -1)
+    return out.reshape(*x.shape[:x.ndim - contract], *w.shape[contract:])
+
+
 def rms_norm(x: Float[Array, "*b D"], scale_d: Float[Array, " D"], eps: float) -> Float[Array, "*b D"]:
     """``scale ⊙ x / sqrt(mean(x²) + ε)`` with the statistics in float32, cast back before the scale (as HF)."""
     x32 = x.astype(jnp.float32)
@@ -128,9 +143,9 @@ class Attention(nnx.Module):
     def __call__(self, x_bld, positions_bl, segment_bl, cache_layer):
         cfg = self.config
         dt = cfg.jnp_dtype
-        q = jnp.einsum("BLD,DNH->BLNH", x_bld, self.q_dnh[...].astype(dt))
-        k = jnp.einsum("BLD,DKH->BLKH", x_bld, self.k_dkh[...].astype(dt))
-        v = jnp.einsum("BLD,DKH->BLKH", x_bld, self.v_dkh[...].astype(dt))
+        q = dense(x_bld, self.q_dnh[...].astype(dt))  # BLD,DNH->BLNH
+        k = dense(x_bld, self.k_dkh[...].astype(dt))  # BLD,DKH->BLKH
+        v = dense(x_bld, self.v_dkh[...].astype(dt))  # BLD,DKH->BLKH
         if cfg.qkv_bias:
             q = q + self.q_bias_nh[...].astype(dt)[None, None]
             k = k + self.k_bias_kh[...].astype(dt)[None, None]
@@ -162,7 +177,7 @@ class Attention(nnx.Module):
                        allowed_bls[:, s:s + QUERY_CHUNK, :s + QUERY_CHUNK]) for s in range(0, l, QUERY_CHUNK)], axis=1)
         else:
             out_blnh = attend(cfg, q, k, v, allowed_bls)
-        return jnp.einsum("BLNH,NHD->BLD", out_blnh, self.o_nhd[...].astype(dt)), new_cache
+        return dense(out_blnh, self.o_nhd[...].astype(dt), contract=2), new_cache  # BLNH,NHD->BLD
 
 
 QUERY_CHUNK = 64  # queries per block of the no-cache path; keys past the block's end are never scored
@@ -199,9 +214,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x_bld):
         dt = self.config.jnp_dtype
-        gate = jnp.einsum("BLD,DF->BLF", x_bld, self.gate_df[...].astype(dt))
-        up = jnp.einsum("BLD,DF->BLF", x_bld, self.up_df[...].astype(dt))
-        return jnp.einsum("BLF,FD->BLD", jax.nn.silu(gate) * up, self.down_fd[...].astype(dt))
+        gate = dense(x_bld, self.gate_df[...].astype(dt))  # BLD,DF->BLF
+        up = dense(x_bld, self.up_df[...].astype(dt))  # BLD,DF->BLF
+        return dense(jax.nn.silu(gate) * up, self.down_fd[...].astype(dt))  # BLF,FD->BLD
 
 
 class Block(nnx.Module):
@@ -223,7 +238,19 @@ def _block_call(block, x_bld, positions_bl, segment_bl, cache_layer):
     return block(x_bld, positions_bl, segment_bl, cache_layer)
 
 
-_remat_block_call = nnx.remat(_block_call)
+def _remat_block_call(block, x_bld, positions_bl, segment_bl, cache_layer):
+    """The block under ``jax.checkpoint`` (activations recomputed in the backward pass), as a pure function of its
+    split state: ``nnx.remat`` writes the block's state back after the call, which fails when the block was
+    merged inside another transformation's trace (the reference policy's forward inside the update's
+    ``value_and_grad``: "Cannot mutate Param from a different trace level")."""
+    if cache_layer is not None:
+        raise ValueError("remat is for the no-cache (training) path")
+    graphdef, state = nnx.split(block)
+
+    def pure(state, x_bld, positions_bl, segment_bl):
+        return nnx.merge(graphdef, state)(x_bld, positions_bl, segment_bl, None)
+
+    return jax.checkpoint(pure)(state, x_bld, positions_bl, segment_bl)
 
 
 @struct.dataclass(frozen=True)

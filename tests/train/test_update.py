@@ -3,15 +3,18 @@ unchanged, micro-batching is exact, padding is inert, NaN updates are skipped an
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from agentjax.credit.reference import crbc as ref_crbc
 from agentjax.credit.reference import group_numpy
+from agentjax.models import Qwen
 from agentjax.rollout.groups import to_groups
 from agentjax.train import (
     CRBCCredit,
@@ -279,3 +282,24 @@ def test_mini_batches_and_epochs_are_that_many_optimizer_steps(tiny_config, tiny
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
     with pytest.raises(ValueError, match="mini-batches of whole micro-batches"):
         TrainConfig.tiny(mini_batches=3)
+
+
+def test_a_remat_model_with_kl_updates_like_the_plain_one(tiny_config, tiny_model, tiny_tx, tiny_batch):
+    """The paper presets remat every block and train with a KL term: the reference forward runs inside the
+    update's gradient trace, where ``nnx.remat`` failed ("Cannot mutate Param from a different trace level").
+    Remat changes memory, not numbers."""
+    assert tiny_config.loss.kl_coef > 0
+    remat_config = tiny_config.replace(model=dataclasses.replace(tiny_config.model,
+                                                              arch=tiny_config.model.arch.replace(remat=True)))
+    remat_model = Qwen(remat_config.model.arch, rngs=nnx.Rngs(0))
+    out = []
+    for config, model in ((tiny_config, tiny_model), (remat_config, remat_model)):
+        state = init_state(config, model, jax.random.key(0), tiny_tx)
+        adv = advantages_for(config, state, model, tiny_batch)
+        state, metrics = make_update(config, model, tiny_tx)(state, tiny_batch, adv, jax.random.key(1))
+        out.append((state.params, metrics))
+    (p0, m0), (p1, m1) = out
+    assert float(m1["skipped"]) == 0.0
+    np.testing.assert_allclose(float(m1["loss"]), float(m0["loss"]), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
