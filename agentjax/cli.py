@@ -2,8 +2,9 @@
 
 ::
 
-    agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} --env {sokoban,alfworld,textcraft,webshop} \\
-                   --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [overrides]
+    agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} \\
+                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync} \\
+                   --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]
     agentjax data [--mirror URL] [--only DATASET ...] [--dest DIR] [--verify]
 
@@ -12,7 +13,9 @@ over every :class:`~agentjax.train.runconfig.RunConfig` field, e.g. ``--train.op
 ``--train.credit.w-step 10`` (the method's own parameters), ``--updates 20``, ``--mesh 4 2``, ``--out-dir DIR``;
 ``agentjax train --method crbc --env sokoban --preset tiny --help`` lists them. Sizes go through
 ``--train.rollout.*`` *and* the matching ``--collect.*`` flags, or the shortcuts ``--num-groups``, ``--group-size``,
-``--max-steps``, which set both. Everything is validated before any work: an unknown method / env / preset or
+``--max-steps``, which set both (and lower the micro-batch size and mini-batch count to divisors of the new batch
+where the preset's do not divide it); ``--no-warm-start`` drops the preset's warm start (tyro has no flag that sets a
+nested config to None). Everything is validated before any work: an unknown method / env / preset or
 flag, a value out of range, sizes that disagree, a micro-batch that does not divide the batch, a mesh that does
 not match the devices, a missing checkpoint folder are one-line errors (exit status 2). ``--dry-run`` stops after
 validation and prints the config as JSON.
@@ -30,7 +33,9 @@ the data folder's layout), checks every sha256 and prints one line per file and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
 
@@ -51,6 +56,18 @@ def _fail(prog: str, error: Exception) -> int:
     return 2
 
 
+def _with_sizes(run: RunConfig, sizes: dict[str, int]) -> RunConfig:
+    """``run.with_sizes(**sizes)`` (every turn in the batch) with whole micro- and mini-batches: the micro-batch size
+    becomes gcd(rows, preset's), the mini-batch count gcd(rows / micro-batch size, preset's), i.e. the preset's own
+    where they divide the new batch (``--train.micro-batch-size`` / ``--train.mini-batches`` still override them)."""
+    ro = dataclasses.replace(run.train.rollout, **sizes)
+    rows = ro.num_groups * ro.group_size * ro.max_steps
+    micro = math.gcd(rows, run.train.micro_batch_size)
+    mini = math.gcd(rows // micro, run.train.mini_batches)
+    run = run.replace(train=run.train.replace(mini_batches=mini))  # divides the preset's: still valid
+    return run.with_sizes(micro_batch_size=micro, **sizes)
+
+
 def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunConfig, argparse.Namespace]:
     """The validated ``RunConfig`` of ``agentjax train`` arguments (raises ``ValueError`` / ``SystemExit``)."""
     import tyro
@@ -65,6 +82,7 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
     parser.add_argument("--dry-run", action="store_true", help="validate, print the config and stop")
     for name in ("num-groups", "group-size", "max-steps"):
         parser.add_argument(f"--{name}", type=int, help="sets train.rollout and collect together")
+    parser.add_argument("--no-warm-start", action="store_true", help="start RL from the initial weights")
     if any(a in ("-h", "--help") for a in argv) and not {"--method", "--env", "--preset"} <= set(argv):
         parser.print_help()
         print("\nwith --method, --env and --preset given, --help lists every override flag")
@@ -73,7 +91,9 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
     base = preset(args.preset, args.method, args.env)
     sizes = {k: getattr(args, k) for k in ("num_groups", "group_size", "max_steps") if getattr(args, k) is not None}
     if sizes:
-        base = base.with_sizes(**sizes)
+        base = _with_sizes(base, sizes)
+    if args.no_warm_start:
+        base = base.replace(warm_start=None)
     run = tyro.cli(RunConfig, default=base, args=rest, prog=f"{prog} --method {args.method} --env {args.env} "
                    f"--preset {args.preset}", config=(tyro.conf.AvoidSubcommands,))
     if run.train.credit.method != args.method:

@@ -1,17 +1,30 @@
 """``agentjax train`` / ``agentjax eval``: presets with overrides, and clear one-line errors (exit status 2) for bad
-flags and impossible configs before any work starts (each case returns in well under a second: nothing is built)."""
+flags and impossible configs before any work starts (each case returns in well under a second: nothing is built);
+every env's tiny and paper presets; one real update on each env that no other training test runs (TextCraft-Synth,
+TextWorld, TextWorld-Sync), through the command line.
+
+The one-update runs share one shrunk model and one set of shapes (1 layer of width 32, 1,024 prompt and 64 reply
+tokens, 32 allowed tokens a position), so the update and the sampler compile once for the three: 76-88 s for the
+first, 5-9 s each for the others on the shared 2-core machine under a load average of 7-12 (marked ``slow``). They need
+``$AGENTJAX_DATA`` (TextCraft-Synth) and TextWorld's game of the first training batch, generated into
+``$TEXTWORLD_GAMES`` (default ``~/.cache/agentjax/textworld``) when missing.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 
 import pytest
 
-from agentjax.cli import build_run, main
+from agentjax.cli import _USAGE, build_run, main
+from agentjax.train.runconfig import ENVS
 
 BASE = ["train", "--method", "crbc", "--env", "sokoban", "--preset", "tiny"]
+ALL_ENVS = ("sokoban", "alfworld", "webshop", "textcraft", "textcraft_synth", "textworld", "textworld_sync")
+NEW_ENVS = ("textcraft_synth", "textworld", "textworld_sync")
 
 
 def run_cli(capsys, *argv):
@@ -39,12 +52,81 @@ def test_dry_run_prints_the_preset_with_overrides(capsys):
 
 def test_paper_presets_build_for_every_method_and_env(tmp_path):
     (tmp_path / "config.json").write_text("{}")  # only its presence is checked before work
-    for method in ("grpo", "rloo", "ppo", "gigpo", "hgpo", "graphgpo", "crbc"):
-        for env in ("sokoban", "alfworld", "webshop"):
+    methods = ("grpo", "rloo", "ppo", "gigpo", "hgpo", "graphgpo", "crbc")
+    for env in ALL_ENVS:  # every method on three envs, the env-dependent credit branches on the others
+        for method in methods if env in ("sokoban", "alfworld", "webshop") else ("grpo", "gigpo", "crbc"):
             for name, mesh in (("paper-1.5b", (8, 1)), ("paper-7b", (4, 2))):
                 run, args = build_run(["--method", method, "--env", env, "--preset", name,
                                        "--train.model.checkpoint", str(tmp_path)])
                 assert run.train.credit.method == method and run.mesh == mesh and not args.resume
+
+
+def test_every_env_is_on_the_command_line():
+    assert set(ENVS) == set(ALL_ENVS)
+    assert all(env in _USAGE for env in ALL_ENVS)
+
+
+@pytest.mark.parametrize("env", ALL_ENVS)
+def test_tiny_dry_run_for_every_env(capsys, env):
+    code, out, err = run_cli(capsys, "train", "--method", "grpo", "--env", env, "--preset", "tiny", "--dry-run")
+    assert code == 0, err
+    config = json.loads(out)
+    ro, co = config["train"]["rollout"], config["collect"]
+    assert config["env"] == env and config["warm_start"] is not None  # every env has an oracle
+    assert co["constrained"] and co["masked_logp"]
+    assert (ro["max_steps"], ro["prompt_len"], ro["response_len"], ro["capacity"]) == (
+        co["max_steps"], co["max_prompt_tokens"], co["sampling"]["max_new_tokens"], co["capacity"])
+    assert ro["capacity"] == 4 * 8 * ro["max_steps"] and ro["capacity"] % (4 * 40) == 0  # whole mini-batches
+    if env.startswith("textcraft"):  # the constrained decoder needs the admissible commands
+        assert config["env_kwargs"] == {"admissible": True}
+
+
+@pytest.mark.parametrize("env", [e for e in ALL_ENVS if e != "alfworld"])  # ALFWorld's splits need $ALFWORLD_DATA
+def test_the_presets_fit_the_splits(env):
+    from agentjax.train.presets import paper, tiny
+
+    spec = ENVS[env]
+    train, evaluation = len(spec.tasks(spec.train_split)), len(spec.tasks(spec.eval_split))
+    for run in (tiny("grpo", env), paper("grpo", env)):
+        assert run.train.rollout.num_groups <= train and run.eval_tasks <= evaluation
+
+
+def test_size_shortcuts_keep_whole_micro_batches_and_no_warm_start(capsys):
+    code, out, err = run_cli(capsys, "train", "--method", "grpo", "--env", "textworld", "--preset", "tiny",
+                             "--num-groups", "1", "--group-size", "2", "--max-steps", "2", "--no-warm-start",
+                             "--dry-run")
+    assert code == 0, err
+    config = json.loads(out)
+    assert config["train"]["rollout"]["capacity"] == 4 == config["collect"]["capacity"]
+    assert (config["train"]["micro_batch_size"], config["train"]["mini_batches"]) == (4, 1)
+    assert config["warm_start"] is None
+
+
+def test_a_missing_data_folder_names_what_the_env_needs(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTJAX_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"textcraft_synth needs \$AGENTJAX_DATA/textcraft"):
+        ENVS["textcraft_synth"].tasks("train_medium")
+
+
+# One shrunk model and one set of shapes for every env (module docstring): the update compiles once.
+SMOKE = ["--num-groups", "1", "--group-size", "2", "--max-steps", "2", "--no-warm-start", "--eval-every", "0",
+         "--updates", "1", "--no-progress", "--no-tensorboard", "--train.model.arch.d-model", "32",
+         "--train.model.arch.mlp-dim", "64", "--train.model.arch.num-layers", "1", "--train.model.arch.head-dim", "8",
+         "--train.rollout.prompt-len", "1024", "--collect.max-prompt-tokens", "1024",
+         "--collect.sampling.prompt-bucket", "1024", "--train.rollout.response-len", "64",
+         "--collect.sampling.max-new-tokens", "64", "--collect.max-allowed", "32"]
+
+
+@pytest.mark.slow  # the first of the three compiles the update and the sampler (module docstring)
+@pytest.mark.parametrize("env", NEW_ENVS)
+def test_one_update_on_the_new_envs(capsys, tmp_path, env):
+    code = main(["train", "--method", "grpo", "--env", env, "--preset", "tiny", "--out-dir", str(tmp_path), *SMOKE])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads(out.out)
+    last = summary["last"]
+    assert summary["step"] == 1 and last["rollout/num_episodes"] == 2 and last["train/skipped"] == 0
+    assert last["train/rows"] == 4 and math.isfinite(last["train/loss"])
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -4,11 +4,14 @@
 flag overrides on top, and experiment folders (``experiments/crbc/presets.py``) build theirs from these.
 
 Paper setting (CRBC, papers/CRBC.txt; verl-agent's GiGPO recipe where it is silent): Qwen2.5-1.5B / 7B-Instruct,
-16 groups × 8 rollouts per update, 150 updates, episode caps 50 / 15 / 15 turns (ALFWorld / WebShop / Sokoban),
-success reward 10, invalid-action penalty 0.1, 2 history records in the prompt, CRBC β = 0.98, w_G = 1, w_S = 5,
-σ_min = 0.1 (the other methods: METHODS.md defaults; GiGPO's WebShop normalisation is ``mean_norm``),
-learning rate 1e-6, KL 0.01, entropy 0.001, 512 response tokens, prompts of 2048 tokens (WebShop 4096, Sokoban
-1024). The batch holds every turn (``16·8·cap`` rows), micro-batches of 16 rows (7B: 8).
+16 groups × 8 rollouts per update, 150 updates, episode caps 50 / 15 / 15 turns (ALFWorld / WebShop / Sokoban;
+TextCraft 40; TextCraft-Synth 75, TextWorld 100, TextWorld-Sync 200: the envs' own limits), success reward 10,
+invalid-action penalty 0.1, 2 history records in the prompt, CRBC β = 0.98, w_G = 1, w_S = 5, σ_min = 0.1 (the
+other methods: METHODS.md defaults; GiGPO's WebShop normalisation is ``mean_norm``), learning rate 1e-6, KL 0.01,
+entropy 0.001, 512 response tokens, prompts of 2048 tokens (WebShop 4096, Sokoban 1024, TextCraft-Synth 8192,
+TextWorld-Sync 3072: measured, see :mod:`agentjax.train.runconfig`), evaluation on the whole eval split where it is
+small or the paper uses all of it (:data:`PAPER_EVAL_TASKS`). The batch holds every turn (``16·8·cap`` rows),
+micro-batches of 16 rows (7B: 8).
 
 Hardware the paper presets expect: one node of 8 GPUs with 80 GB each (A100 / H100 80GB). ``paper-1.5b`` shards
 over ``mesh = (fsdp 8, tp 1)``, ``paper-7b`` over ``(fsdp 4, tp 2)``; float32 parameters and AdamW moments
@@ -17,7 +20,9 @@ the Instruct weights: pass ``--train.model.checkpoint DIR`` (enforced by ``requi
 
 The ``tiny`` preset: a 2-layer, d = 64 random-init Qwen2-architecture policy with the full Qwen vocabulary
 (151,936; the real tokenizer), constrained decoding of ``<action>…</action>`` replies trained on the distribution
-it samples (``masked_logp``), 4 groups × 8 rollouts, the paper's step caps (Sokoban 15), 10 updates of 4
+it samples (``masked_logp``), 4 groups × 8 rollouts, the paper's step caps (Sokoban 15; shorter for
+TextCraft-Synth, TextWorld and TextWorld-Sync: :data:`TINY_STEP_CAPS`), prompt and reply capacities measured per
+env (:data:`TINY_PROMPT_LENS`, :data:`TINY_RESPONSE_LENS`; TextCraft with its admissible lists), 10 updates of 4
 mini-batches each (120 rows; AdamW at 2e-3), evaluation at updates 0, 5 and 10 on 24 eval tasks × 2 seeds. It
 starts from a shared supervised warm start on 1,000 oracle episodes (4,060 Sokoban turns; 1,000 AdamW steps of 32
 turns at 2e-3: response NLL 11.9 → 0.15–0.17 per token, i.e. the format and a little of the direction; eval
@@ -26,6 +31,9 @@ start, learning rates 2e-4 to 3e-3 with one or four optimizer steps per update s
 unmasked training at 1e-3 blew the entropy up (AdamW moves every unembedding row). Measured on the shared 2-core
 CPU with two runs side by side: an update ≈ 80 s (generate ≈ 45 s, update ≈ 30 s for ≈ 450 turns), an
 evaluation of 48 episodes ≈ 75 s; the warm start 37 min beside another run (measured; not timed alone), once.
+Every env has an oracle, so every tiny preset warm-starts; only Sokoban's settings were tuned. TextWorld's warm
+start plays all 300 train games, which are generated on first use (``$TEXTWORLD_GAMES``, 2-15 s a game on this
+machine; ``python -m envs.textworld.generate --split train --split valid`` makes them ahead).
 """
 
 from __future__ import annotations
@@ -49,7 +57,32 @@ from agentjax.train.runconfig import ENVS, RunConfig, WarmStart
 
 PRESETS = ("tiny", "paper-1.5b", "paper-7b")
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
-STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40}
+STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40, "textcraft_synth": 75, "textworld": 100,
+             "textworld_sync": 200}
+# The tiny preset's caps: the paper's, shorter where the paper's would make a 2-core CPU update take hours (the
+# oracle's episodes: TextCraft-Synth medium ≤ 48 turns in 30 sampled tasks, TextWorld median 15, TextWorld-Sync medium
+# median 42; longer ones are cut). Multiples of 5, so that the 4 x 8 x cap rows split into 4 mini-batches of 40.
+TINY_STEP_CAPS = STEP_CAPS | {"textcraft_synth": 40, "textworld": 40, "textworld_sync": 50}
+# Prompt capacities of the tiny preset (constrained decoding: the admissible list is in the prompt), measured with the
+# real tokenizer on the warm start's demonstrations (its 1,000 oracle episodes, or the whole split, cut at the cap):
+# TextCraft ≤ 3,631 tokens, TextCraft-Synth ≤ 3,907, TextWorld ≤ 961 (31 games; ≤ 967 over oracle and random episodes
+# of 42 games, agentjax/train/runconfig.py), TextWorld-Sync ≤ 1,955 (44,590 turns).
+TINY_PROMPT_LENS = {"sokoban": 640, "alfworld": 2048, "webshop": 2048, "textcraft": 4096, "textcraft_synth": 4096,
+                    "textworld": 1536, "textworld_sync": 3072}
+# Response capacities: the longest constrained reply (<action>…</action> and the stop token) with room to spare:
+# TextCraft-Synth 59 tokens on train_medium, 105 on val; TextWorld 14, TextWorld-Sync 16.
+TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 48, "textcraft": 48, "textcraft_synth": 128,
+                      "textworld": 32, "textworld_sync": 32}
+# Env keyword arguments of the tiny preset: TextCraft lists admissible commands only when asked (the constrained
+# decoder and the warm start's masked choices need the list).
+TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admissible": True}}
+# Collector overrides of the tiny preset: TextCraft's listings grow with the recipe tree (TextCraft-Synth's val
+# extreme tasks open with prompts of up to 31,104 tokens): longer prompts keep their last tokens.
+TINY_COLLECT = {"textcraft": {"truncation": "left"}, "textcraft_synth": {"truncation": "left"}}
+# Paper evaluation: ALFWorld's 134 valid_unseen games, the whole eval split where it is smaller than 128 or where the
+# paper evaluates on all of it (TextCraft-Synth: SERA's 632 val tasks; TextWorld-Sync: 50 per difficulty).
+PAPER_EVAL_TASKS = {"alfworld": 134, "webshop": 128, "sokoban": 128, "textcraft": 100, "textcraft_synth": 632,
+                    "textworld": 60, "textworld_sync": 200}
 
 
 def paper_credit(method: str, env: str, **params: Any):
@@ -81,8 +114,7 @@ def _sized(train: TrainConfig, collect: CollectConfig, *, num_groups: int, group
 def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
     """The CPU preset (module docstring)."""
     spec = ENVS[env]
-    prompt_len = {"sokoban": 640}.get(env, 2048)
-    response_len = {"sokoban": 10}.get(env, 48)
+    prompt_len, response_len = TINY_PROMPT_LENS[env], TINY_RESPONSE_LENS[env]
     train = TrainConfig(
         model=ModelConfig(tiny_arch()),
         credit=paper_credit(method, env, **credit),
@@ -94,11 +126,12 @@ def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
     )
     collect = spec.collect(constrained=True, masked_logp=True, history_length=2, batch_bucket=8,
                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
-                                                   prompt_bucket=prompt_len))
-    sizes = _sized(train, collect, num_groups=4, group_size=8, max_steps=STEP_CAPS[env], prompt_len=prompt_len,
+                                                   prompt_bucket=prompt_len), **TINY_COLLECT.get(env, {}))
+    sizes = _sized(train, collect, num_groups=4, group_size=8, max_steps=TINY_STEP_CAPS[env], prompt_len=prompt_len,
                    response_len=response_len)
-    return RunConfig(**sizes, env=env, updates=10, eval_every=5, eval_tasks=24, eval_seeds=2, checkpoint_every=4,
-                     keep_checkpoints=2, out_dir=f"runs/tiny-{env}-{method}",
+    return RunConfig(**sizes, env=env, env_kwargs=dict(TINY_ENV_KWARGS.get(env, {})), updates=10, eval_every=5,
+                     eval_tasks=24, eval_seeds=2, checkpoint_every=4, keep_checkpoints=2,
+                     out_dir=f"runs/tiny-{env}-{method}",
                      warm_start=WarmStart(episodes=1000, steps=1000, batch_size=32, learning_rate=2e-3))
 
 
@@ -124,7 +157,7 @@ def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig
                                                    prompt_bucket=256))
     sizes = _sized(train, collect, num_groups=16, group_size=8, max_steps=cap, prompt_len=prompt_len, response_len=512)
     return RunConfig(**sizes, env=env, updates=150, eval_every=10,
-        eval_tasks={"alfworld": 134, "webshop": 128, "sokoban": 128}.get(env, 128), eval_seeds=3, checkpoint_every=10,
+        eval_tasks=PAPER_EVAL_TASKS[env], eval_seeds=3, checkpoint_every=10,
         keep_checkpoints=3, out_dir=f"runs/paper-{size}-{env}-{method}", workers=16,
         mesh=(8, 1) if size == "1.5b" else (4, 2), require_pretrained=True, progress=True)
 

@@ -9,7 +9,27 @@ themselves (no I/O), :meth:`RunConfig.check` what needs the machine (device coun
 vocabulary against the model's, the split sizes, checkpoint folders).
 
 Environments are looked up in :data:`ENVS` by name (``--env``); each :class:`EnvSpec` names the env class,
-its training and evaluation splits and the collector preset.
+its training and evaluation splits, the collector preset and what the env needs on disk. The presets of the
+environments without a :class:`CollectConfig` classmethod are here (:func:`collect_preset`); their prompt
+capacities come from prompts measured with the real Qwen2.5 tokenizer and the verl-agent templates (history 2):
+
+- TextCraft (free-form commands, ADaPT's setting): ≤ 1,449 tokens on all 1,100 tasks (steps 0-2, where the
+  crafting listing is in the prompt) -> 2,048; 40 steps. With the admissible lists (constrained decoding) ≤ 3,631
+  tokens, replies ≤ 29 tokens, up to 33 allowed tokens at a reply position -> ``max_allowed`` 48.
+- TextCraft-Synth (free-form): train_medium ≤ 2,198 tokens, val easy ≤ 765, medium ≤ 2,335, hard ≤ 4,986,
+  extreme median 6,606, max 15,421 -> 8,192 (every training prompt and every easy / medium / hard eval prompt
+  fit; 82% of the extreme ones, the rest are cut by the paper presets' ``truncation="left"``); 75 steps (the task
+  files' limit); train on the 852 medium tasks, evaluate on the 632 val tasks of all four difficulties (SERA).
+  With the admissible lists (the tiny presets' constrained decoding) the first prompts of val's extreme tasks
+  reach 31,104 tokens; the longest constrained reply is 59 tokens on train_medium, 105 on val.
+- TextWorld CookingWorld: ≤ 967 tokens over oracle and random-admissible episodes of 42 games of all six levels
+  (level 6 the longest) -> 2,048; 100 steps (the env's limit, 1.7 x the longest walkthrough); replies ≤ 14 tokens,
+  at most 15 allowed tokens at a reply position -> ``max_allowed`` 32.
+- TextWorld-Sync on tw-cooking: ≤ 1,971 tokens over oracle and random-admissible episodes of 124 train and valid
+  tasks, ≤ 1,955 in the first 50 turns of 1,000 train oracle episodes (extreme: the oracle ends holding many items,
+  up to 195 admissible commands; random play stays under 1,120) -> 3,072; 200 steps (the extreme tasks' budget;
+  each task's own budget, 60-200, ends it first); at most 22 allowed tokens at a reply position -> ``max_allowed``
+  32.
 """
 
 from __future__ import annotations
@@ -47,7 +67,20 @@ class EnvSpec:
         return getattr(importlib.import_module(self.module), self.cls)
 
     def tasks(self, split: str) -> list:
-        return self.env_class().tasks(split)
+        """The tasks of ``split``; a missing data folder or file is an error that says what the env needs."""
+        try:
+            return self.env_class().tasks(split)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{self.name} needs {self.data}: {e}") from e
+
+
+def collect_preset(**defaults: Any) -> Callable[..., CollectConfig]:
+    """A collector preset like :meth:`CollectConfig.alfworld`: ``CollectConfig(**(defaults | overrides))``."""
+
+    def make(**overrides: Any) -> CollectConfig:
+        return CollectConfig(**(defaults | overrides))
+
+    return make
 
 
 ENVS: Mapping[str, EnvSpec] = types.MappingProxyType({
@@ -58,8 +91,20 @@ ENVS: Mapping[str, EnvSpec] = types.MappingProxyType({
     "webshop": EnvSpec("webshop", "envs.webshop.env", "WebShopEnv", "train", "test", CollectConfig.webshop,
                        "$AGENTJAX_DATA/webshop"),
     "textcraft": EnvSpec("textcraft", "envs.textcraft.env", "TextCraftEnv", "train", "val",
-                         lambda **kw: CollectConfig(**(dict(max_steps=40, max_prompt_tokens=2048) | kw)),
-                         "$AGENTJAX_DATA/textcraft"),
+                         collect_preset(max_steps=40, max_prompt_tokens=2048, max_allowed=48),
+                         "$AGENTJAX_DATA/textcraft (textcraft_{train,val}.jsonl)"),
+    "textcraft_synth": EnvSpec("textcraft_synth", "envs.textcraft.env", "TextCraftSynthEnv", "train_medium", "val",
+                               collect_preset(max_steps=75, max_prompt_tokens=8192),
+                               "$AGENTJAX_DATA/textcraft (textcraft_synth_recipes.json, "
+                               "textcraft_synth_{train,val}.jsonl.xz)"),
+    "textworld": EnvSpec("textworld", "envs.textworld.env", "TextWorldCookingEnv", "train", "valid",
+                         collect_preset(max_steps=100, max_prompt_tokens=2048, max_allowed=32),
+                         "the manifest's tw-cooking games, generated on first use into $TEXTWORLD_GAMES (default "
+                         "~/.cache/agentjax/textworld; `python -m envs.textworld.generate --split train --split valid` "
+                         "makes them ahead, ~2 s a game)"),
+    "textworld_sync": EnvSpec("textworld_sync", "envs.textworld_sync.env", "TextWorldSyncEnv", "train", "valid",
+                              collect_preset(max_steps=200, max_prompt_tokens=3072, max_allowed=32),
+                              "nothing (worlds are generated from the manifest's family, difficulty and seed)"),
 })
 
 
@@ -304,5 +349,5 @@ def config_hash(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-__all__ = ["ENVS", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "WarmStart", "config_hash",
+__all__ = ["ENVS", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "WarmStart", "collect_preset", "config_hash",
            "run_from_dict"]
