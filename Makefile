@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench lint clean alfworld-data data
+.PHONY: test test-slow demo bench lint clean alfworld-data data
 
 # Benchmark data (README, "Data"): $AGENTJAX_DATA, else ../shared/data beside the project when it is there.
 ifeq ($(AGENTJAX_DATA),)
@@ -35,7 +35,11 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $(STAMP)
 
 test: $(STAMP) alfworld-data
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow"
+
+# The end-to-end checks of minutes (pytest -m slow), which CI runs after `make test` and times on their own.
+test-slow: $(STAMP) alfworld-data
+	$(PY) -m pytest -m slow
 
 # A few minutes of tiny CRBC / GiGPO / GRPO training on Sokoban (2 updates each after a shared warm start), then
 # the results table; experiments/crbc/run.py without --smoke is the full tiny experiment (README, "CRBC").

@@ -258,6 +258,41 @@ def advance(trie: TokenTrie, node_b: Int[Array, " B"], token_b: Int[Array, " B"]
     return jnp.where(trie.active_b, child_b, node_b)
 
 
+def allowed_ids(
+    trie: TokenTrie, node_b: Int[Array, " B"], stop_ids: Int[Array, " Vs"], width: int
+) -> tuple[Int[Array, "B A"], Bool[Array, "B A"]]:
+    """The tokens each row may emit next, as ``width`` id slots (jittable): ``(ids_ba, ok_ba)``.
+
+    The same set as :func:`allowed_tokens` for active rows (the tokens of the edges out of ``node_b``, in edge
+    order, then the stop ids where the row may stop), without a ``[B, V]`` mask: for sampling from the allowed
+    tokens' logits only. Slots past the set have ``ok = False`` (id 0). Inactive rows (no allowed list) get the
+    stop ids only. A node with more than ``width − Vs`` children is cut (the caller sizes ``width``:
+    :func:`max_branching`).
+    """
+    chex.assert_rank((node_b, stop_ids), 1)
+    node_b = node_b.astype(jnp.int32)
+    n_stop = stop_ids.shape[0]
+    k = width - n_stop
+    if k < 1:
+        raise ValueError(f"allowed_ids: width {width} leaves no slot beside the {n_stop} stop ids")
+    live_be = jax.vmap(_live_edges_row)(trie.parent_be, node_b) & trie.active_b[:, None]
+    order_be = jnp.argsort(~live_be, axis=1, stable=True)[:, :k]  # live edges first, in edge order
+    child_ok = jnp.take_along_axis(live_be, order_be, axis=1)
+    child_ids = jnp.where(child_ok, jnp.take_along_axis(trie.token_be, order_be, axis=1), 0)
+    may_stop_b = is_terminal(trie, node_b) | (node_b == NO_NODE)
+    stop_ok = jnp.broadcast_to(may_stop_b[:, None], (node_b.shape[0], n_stop))
+    stop_ids_b = jnp.broadcast_to(stop_ids[None, :], (node_b.shape[0], n_stop))
+    return (jnp.concatenate([child_ids, stop_ids_b], 1).astype(jnp.int32),
+            jnp.concatenate([child_ok, stop_ok], 1))
+
+
+def max_branching(trie: TokenTrie) -> int:
+    """The largest number of children of one node over the batch's tries (host side)."""
+    parent = np.asarray(trie.parent_be)
+    counts = [np.unique(row[row >= 0], return_counts=True)[1] for row in parent]
+    return int(max((c.max() for c in counts if c.size), default=1))
+
+
 # ------------------------------------------------------------------------------------------------- masking
 
 

@@ -103,7 +103,7 @@ class DecodeState:
     """The decode loop's carry (STYLE.md 4)."""
 
     cache: KVCache
-    logits_bv: jax.Array  # [B, V] float32: next-token logits of every row
+    logits_bv: jax.Array | None  # [B, V] float32: next-token logits of every row (None: sparse, hidden_bd)
     position_b: jax.Array  # [B] int32: RoPE position of the next token
     node_b: jax.Array  # [B] int32: trie node (constrained decoding)
     tokens_bt: jax.Array  # [B, T] int32
@@ -114,6 +114,7 @@ class DecodeState:
     step: jax.Array  # [] int32
     key: jax.Array  # PRNG key
     row_keys: jax.Array | None = None  # [B] PRNG keys: row b samples token s with fold_in(row_keys[b], s)
+    hidden_bd: jax.Array | None = None  # [B, D] final hidden state of the last token (sparse constrained decoding)
 
 
 def filter_top_k_top_p(z_bv: Float[Array, "B V"], top_k: int, top_p: float) -> Float[Array, "B V"]:
@@ -137,36 +138,70 @@ def filter_top_k_top_p(z_bv: Float[Array, "B V"], top_k: int, top_p: float) -> F
     return z_bv
 
 
-def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: SamplingParams, graphdef, weights):
-    """One token for every live row, then one decode step of the model on it."""
-    b, v = state.logits_bv.shape
+def _sparse_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, model, width: int, sub):
+    """Sparse constrained decoding: logits of the allowed tokens only (``h · W[a]`` for the ``width`` slots of
+    :func:`~agentjax.models.constrain.allowed_ids`), sampled among them. Returns ``(token_b, logp_b)``: the
+    token and its log-probability under the constrained distribution (the masked softmax restricted to the
+    allowed set: the same distribution as the dense path's ``mask_logits``, drawn with other random numbers)."""
     tau = 1.0 if params.greedy else params.temperature
-    z = state.logits_bv / tau
-    if trie is not None:
-        allowed = constrain.allowed_tokens(trie, state.node_b, stop_ids, v)
-        logp_masked_bv, logp_full_bv = constrain.masked_log_softmax(z, allowed)
-        z = constrain.mask_logits(z, allowed)
-    else:
-        logp_full_bv = jax.nn.log_softmax(z, axis=-1)
-        logp_masked_bv = logp_full_bv
-    key, sub = jax.random.split(state.key)
+    ids_ba, ok_ba = constrain.allowed_ids(trie, state.node_b, stop_ids, width)
+    w_bad = jnp.take(model.unembedding_vd, ids_ba, axis=0)
+    z_ba = jnp.einsum("BD,BAD->BA", state.hidden_bd, w_bad.astype(state.hidden_bd.dtype),
+                      preferred_element_type=jnp.float32) / tau
+    z_ba = constrain.mask_logits(z_ba, ok_ba)
+    logp_ba = jax.nn.log_softmax(z_ba, axis=-1)
     if params.greedy:
-        token_b = jnp.argmax(z, axis=-1).astype(jnp.int32)
+        choice_b = jnp.argmax(z_ba, axis=-1)
     else:
-        z = filter_top_k_top_p(z, params.top_k, params.top_p)
+        z_ba = filter_top_k_top_p(z_ba, params.top_k, params.top_p)
         if state.row_keys is None:
-            token_b = jax.random.categorical(sub, z, axis=-1).astype(jnp.int32)
-        else:  # per-row streams: a row's draws do not depend on which other rows share the batch
+            choice_b = jax.random.categorical(sub, z_ba, axis=-1)
+        else:
             keys_b = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state.row_keys, state.step)
-            token_b = jax.vmap(jax.random.categorical)(keys_b, z).astype(jnp.int32)
+            choice_b = jax.vmap(jax.random.categorical)(keys_b, z_ba)
+    take = lambda m: jnp.take_along_axis(m, choice_b[:, None], axis=-1)[:, 0]  # noqa: E731
+    return take(ids_ba).astype(jnp.int32), take(logp_ba)
+
+
+def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: SamplingParams, graphdef, weights,
+                 sparse_width: int = 0):
+    """One token for every live row, then one decode step of the model on it (``sparse_width > 0``: sparse
+    constrained decoding, :func:`_sparse_choice`: no ``[B, V]`` logits, and no unmasked log-probs, NaN)."""
+    model = nnx.merge(graphdef, weights)
+    key, sub = jax.random.split(state.key)
+    if sparse_width:
+        b = state.hidden_bd.shape[0]
+        token_b, logp_b = _sparse_choice(state, trie, stop_ids, params, model, sparse_width, sub)
+        logp_un_b = jnp.full_like(logp_b, jnp.nan)
+    else:
+        b, v = state.logits_bv.shape
+        tau = 1.0 if params.greedy else params.temperature
+        z = state.logits_bv / tau
+        if trie is not None:
+            allowed = constrain.allowed_tokens(trie, state.node_b, stop_ids, v)
+            logp_masked_bv, logp_full_bv = constrain.masked_log_softmax(z, allowed)
+            z = constrain.mask_logits(z, allowed)
+        else:
+            logp_full_bv = jax.nn.log_softmax(z, axis=-1)
+            logp_masked_bv = logp_full_bv
+        if params.greedy:
+            token_b = jnp.argmax(z, axis=-1).astype(jnp.int32)
+        else:
+            z = filter_top_k_top_p(z, params.top_k, params.top_p)
+            if state.row_keys is None:
+                token_b = jax.random.categorical(sub, z, axis=-1).astype(jnp.int32)
+            else:  # per-row streams: a row's draws do not depend on which other rows share the batch
+                keys_b = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state.row_keys, state.step)
+                token_b = jax.vmap(jax.random.categorical)(keys_b, z).astype(jnp.int32)
+        take = lambda m: jnp.take_along_axis(m, token_b[:, None], axis=-1)[:, 0]  # noqa: E731
+        logp_b, logp_un_b = take(logp_masked_bv), take(logp_full_bv)
 
     live_b = state.finish_b == Finish.RUNNING
     rows = jnp.arange(b)
     col = jnp.minimum(state.step, state.tokens_bt.shape[1] - 1)
-    take = lambda m: jnp.take_along_axis(m, token_b[:, None], axis=-1)[:, 0]
     tokens_bt = state.tokens_bt.at[rows, col].set(jnp.where(live_b, token_b, state.tokens_bt[:, col]))
-    logp_bt = state.logp_bt.at[rows, col].set(jnp.where(live_b, take(logp_masked_bv), 0.0))
-    logp_un_bt = state.logp_unmasked_bt.at[rows, col].set(jnp.where(live_b, take(logp_full_bv), 0.0))
+    logp_bt = state.logp_bt.at[rows, col].set(jnp.where(live_b, logp_b, 0.0))
+    logp_un_bt = state.logp_unmasked_bt.at[rows, col].set(jnp.where(live_b, logp_un_b, 0.0))
     length_b = state.length_b + live_b.astype(jnp.int32)
     stopped_b = jnp.any(token_b[:, None] == stop_ids[None, :], axis=-1) if stop_ids.shape[0] else jnp.zeros_like(
         live_b)
@@ -175,38 +210,42 @@ def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: Sampling
     node_b = constrain.advance(trie, state.node_b, token_b) if trie is not None else state.node_b
 
     # feed the token (finished rows too: fixed shapes; their slots are never read for them again)
-    model = nnx.merge(graphdef, weights)
     out = model.decode(token_b[:, None], live_b[:, None].astype(jnp.int32), state.position_b[:, None],
                        state.cache)
-    logits_bv = model.logits(out.hidden_bld)[:, 0, :]
+    hidden_bd = out.hidden_bld[:, 0, :] if sparse_width else None
+    logits_bv = None if sparse_width else model.logits(out.hidden_bld)[:, 0, :]
     return DecodeState(cache=out.cache, logits_bv=logits_bv, position_b=state.position_b + 1, node_b=node_b,
                        tokens_bt=tokens_bt, logp_bt=logp_bt, logp_unmasked_bt=logp_un_bt, length_b=length_b,
-                       finish_b=finish_b.astype(jnp.int32), step=state.step + 1, key=key, row_keys=state.row_keys)
+                       finish_b=finish_b.astype(jnp.int32), step=state.step + 1, key=key, row_keys=state.row_keys,
+                       hidden_bd=hidden_bd)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "slots", "max_new"))
-def _prefill(graphdef, weights, tokens_bl, segment_bl, key, row_keys, *, slots: int, max_new: int) -> DecodeState:
+@functools.partial(jax.jit, static_argnames=("graphdef", "slots", "max_new", "sparse"))
+def _prefill(graphdef, weights, tokens_bl, segment_bl, key, row_keys, *, slots: int, max_new: int,
+             sparse: bool = False) -> DecodeState:
     model = nnx.merge(graphdef, weights)
     b, lp = tokens_bl.shape
     cache = KVCache.init(model.config, b, slots)
     positions_bl = jnp.maximum(jnp.cumsum(segment_bl, axis=1) - 1, 0).astype(jnp.int32)
     out = model.decode(tokens_bl, segment_bl, positions_bl, cache)
-    logits_bv = model.logits(out.hidden_bld[:, -1:, :])[:, 0, :]
+    hidden_bd = out.hidden_bld[:, -1, :] if sparse else None
+    logits_bv = None if sparse else model.logits(out.hidden_bld[:, -1:, :])[:, 0, :]
     zeros_bt = jnp.zeros((b, max_new), jnp.float32)
     return DecodeState(cache=out.cache, logits_bv=logits_bv, position_b=jnp.sum(segment_bl, axis=1).astype(jnp.int32),
                        node_b=jnp.zeros((b,), jnp.int32), tokens_bt=jnp.zeros((b, max_new), jnp.int32),
                        logp_bt=zeros_bt, logp_unmasked_bt=zeros_bt, length_b=jnp.zeros((b,), jnp.int32),
                        finish_b=jnp.zeros((b,), jnp.int32), step=jnp.zeros((), jnp.int32), key=key,
-                       row_keys=row_keys)
+                       row_keys=row_keys, hidden_bd=hidden_bd)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "params"), donate_argnames=("state",))
-def _decode(graphdef, weights, state: DecodeState, trie, stop_ids, max_new_b, until, *, params: SamplingParams):
+@functools.partial(jax.jit, static_argnames=("graphdef", "params", "sparse_width"), donate_argnames=("state",))
+def _decode(graphdef, weights, state: DecodeState, trie, stop_ids, max_new_b, until, *, params: SamplingParams,
+            sparse_width: int = 0):
     def cond(s):
         return (s.step < until) & jnp.any(s.finish_b == Finish.RUNNING)
 
     def body(s):
-        return _sample_step(s, trie, stop_ids, max_new_b, params, graphdef, weights)
+        return _sample_step(s, trie, stop_ids, max_new_b, params, graphdef, weights, sparse_width)
 
     return jax.lax.while_loop(cond, body, state)
 
@@ -253,6 +292,7 @@ class Sampler:
         allowed: Sequence[Sequence[str]] | constrain.TokenTrie | None = None,
         max_trie_edges: int = 1024,
         row_keys: jax.Array | None = None,
+        sparse: bool = False,
     ) -> SampleOutput:
         """Samples a response for every prompt.
 
@@ -268,6 +308,11 @@ class Sampler:
           row_keys: [B] PRNG keys, one stream per row (row b draws its s-th token with ``fold_in(row_keys[b], s)``
             instead of ``key``): a row's sample then depends on its prompt and its key only, not on the other rows
             of the batch — common random numbers across policies and batch compositions (evaluation).
+          sparse: constrained decoding from the allowed tokens' logits only (``h · W[a]`` for at most
+            ``max_branching + #stop ids`` tokens a step instead of the ``[B, V]`` logits, mask and softmax; for a
+            small model with a large vocabulary the unembedding is nearly all of a decode step). The same
+            constrained distribution, drawn with other random numbers than the dense path; ``logp_bt`` is the
+            constrained log-prob and ``logp_unmasked_bt`` is NaN (not computed). Needs every row constrained.
         """
         b = len(prompts)
         max_new = params.max_new_tokens
@@ -292,12 +337,18 @@ class Sampler:
                 needed = max((sum(len(q) for q in row) for row in seqs), default=1)
                 trie = constrain.build_trie(seqs, max_edges=max(max_trie_edges, needed),
                                             vocab_size=self.config.vocab_size)
+        width = 0
+        if sparse:
+            if trie is None or not bool(np.all(np.asarray(trie.active_b))):
+                raise ValueError("sparse decoding samples among the allowed tokens: give every row an allowed list")
+            width = constrain.max_branching(trie) + len(params.stop_token_ids)
+            width = 1 << (width - 1).bit_length()  # a power of two: few compiled variants
         tokens, segment = left_pad(prompts, params.prompt_bucket)
         slots = tokens.shape[1] + max_new
         if row_keys is not None and row_keys.shape != (b,):
             raise ValueError(f"row_keys must hold one key per prompt ({b}), got shape {row_keys.shape}")
         state = _prefill(self.graphdef, self.weights, jnp.asarray(tokens), jnp.asarray(segment), key, row_keys,
-                         slots=slots, max_new=max_new)
+                         slots=slots, max_new=max_new, sparse=sparse)
         stop_ids = jnp.asarray(params.stop_token_ids, jnp.int32).reshape(-1)
         limit = jnp.asarray(limit_b)
         chunk = params.check_every if params.stop_strings else max_new
@@ -306,7 +357,7 @@ class Sampler:
         while True:
             until = min(until + chunk, max_new)
             state = _decode(self.graphdef, self.weights, state, trie, stop_ids, limit, jnp.int32(until),
-                            params=params)
+                            params=params, sparse_width=width)
             if params.stop_strings:
                 state = self._apply_stop_strings(state, params.stop_strings, done_text)
             if until >= max_new or not bool(jnp.any(state.finish_b == Finish.RUNNING)):

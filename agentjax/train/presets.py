@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from agentjax.agents.compact import FULLY_OBSERVED
 from agentjax.models.config import QwenConfig
 from agentjax.models.sampler import SamplingParams
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
@@ -67,12 +68,18 @@ TINY_STEP_CAPS = STEP_CAPS | {"textcraft_synth": 40, "textworld": 40, "textworld
 # real tokenizer on the warm start's demonstrations (its 1,000 oracle episodes, or the whole split, cut at the cap):
 # TextCraft ≤ 3,631 tokens, TextCraft-Synth ≤ 3,907, TextWorld ≤ 961 (31 games; ≤ 967 over oracle and random episodes
 # of 42 games, agentjax/train/runconfig.py), TextWorld-Sync ≤ 1,955 (44,590 turns).
-TINY_PROMPT_LENS = {"sokoban": 640, "alfworld": 2048, "webshop": 2048, "textcraft": 4096, "textcraft_synth": 4096,
+TINY_PROMPT_LENS = {"sokoban": 128, "alfworld": 2048, "webshop": 2048, "textcraft": 4096, "textcraft_synth": 4096,
                     "textworld": 1536, "textworld_sync": 3072}
 # Response capacities: the longest constrained reply (<action>…</action> and the stop token) with room to spare:
 # TextCraft-Synth 59 tokens on train_medium, 105 on val; TextWorld 14, TextWorld-Sync 16.
 TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 48, "textcraft": 48, "textcraft_synth": 128,
                       "textworld": 32, "textworld_sync": 32}
+# Sokoban's compact prompt (agentjax.agents.compact: one token per cell, no history) is 98-112 tokens.
+# Sizes of the tiny preset where they differ from 4 groups, 10 updates, 24 eval tasks: Sokoban trains on 8 rooms a
+# batch (more groups with mixed outcomes) and evaluates on 64 valid rooms x 2 seeds = 128 episodes.
+TINY_GROUPS = {"sokoban": 8}
+TINY_UPDATES = {"sokoban": 20}
+TINY_EVAL_TASKS = {"sokoban": 64}
 # Env keyword arguments of the tiny preset: TextCraft lists admissible commands only when asked (the constrained
 # decoder and the warm start's masked choices need the list).
 TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admissible": True}}
@@ -124,14 +131,17 @@ def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
         mini_batches=4,
         seed=0,
     )
-    collect = spec.collect(constrained=True, masked_logp=True, history_length=2, batch_bucket=8,
+    collect = spec.collect(constrained=True, masked_logp=True, prompt="compact",
+                           history_length=0 if env in FULLY_OBSERVED else 2, batch_bucket=8, pow2_batches=True,
+                           row_keys=True, sparse_logits=True,
                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
                                                    prompt_bucket=prompt_len), **TINY_COLLECT.get(env, {}))
-    sizes = _sized(train, collect, num_groups=4, group_size=8, max_steps=TINY_STEP_CAPS[env], prompt_len=prompt_len,
-                   response_len=response_len)
-    return RunConfig(**sizes, env=env, env_kwargs=dict(TINY_ENV_KWARGS.get(env, {})), updates=10, eval_every=5,
-                     eval_tasks=24, eval_seeds=2, checkpoint_every=4, keep_checkpoints=2,
-                     out_dir=f"runs/tiny-{env}-{method}",
+    groups = TINY_GROUPS.get(env, 4)
+    sizes = _sized(train, collect, num_groups=groups, group_size=8, max_steps=TINY_STEP_CAPS[env],
+                   prompt_len=prompt_len, response_len=response_len)
+    return RunConfig(**sizes, env=env, env_kwargs=dict(TINY_ENV_KWARGS.get(env, {})), updates=TINY_UPDATES.get(env, 10),
+                     eval_every=4, eval_tasks=TINY_EVAL_TASKS.get(env, 24), eval_seeds=2, checkpoint_every=4,
+                     keep_checkpoints=2, out_dir=f"runs/tiny-{env}-{method}",
                      warm_start=WarmStart(episodes=1000, steps=1000, batch_size=32, learning_rate=2e-3))
 
 

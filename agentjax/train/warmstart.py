@@ -168,6 +168,7 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     folder = os.path.join(root, cache_key(run))
     if os.path.isfile(os.path.join(folder, "warmstart.json")):
         log.info("warm start: cached at %s", folder)
+        _record_agreement(folder, run, tokenizer)
         return folder
     t0 = time.perf_counter()
     arch = run.train.model.arch
@@ -196,4 +197,34 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     log.info("warm start: %d turns, NLL %.3f -> %.3f, saved to %s", len(rows), losses[0], losses[-1], folder)
+    _record_agreement(folder, run, tokenizer)
     return folder
+
+
+AGREEMENT_TASKS = 64  # held-out tasks (the eval split's first ones) of the oracle-agreement probe
+
+
+def _record_agreement(folder: str, run: RunConfig, tokenizer: Any) -> None:
+    """Add the warm-started policy's agreement with the oracle on held-out states (:mod:`agentjax.train.probe`,
+    the first :data:`AGREEMENT_TASKS` tasks of the eval split) to ``warmstart.json`` once, and log it."""
+    path = os.path.join(folder, "warmstart.json")
+    with open(path) as f:
+        record = json.load(f)
+    if "agreement" not in record:
+        from agentjax.train.probe import oracle_agreement
+
+        spec = run.spec
+        tasks = spec.tasks(spec.eval_split)[:AGREEMENT_TASKS]
+        try:
+            record["agreement"] = oracle_agreement(load_hf(folder, config=run.train.model.arch), tokenizer,
+                                                   spec.env_class()(**run.env_kwargs), tasks, run.collect)
+        except ValueError as e:  # an env without admissible lists (nothing to score) or without an oracle
+            record["agreement"] = {"error": str(e)}
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(tmp, path)
+    a = record["agreement"]
+    if "agreement" in a:
+        log.info("warm start: agreement with the oracle on %d held-out states %.3f ± %.3f (chance %.3f)",
+                 int(a["states"]), a["agreement"], a["agreement_se"], a["chance"])

@@ -16,6 +16,7 @@ from agentjax.models.hf import load_hf
 from agentjax.models.qwen import Qwen
 from agentjax.models.sampler import Finish, Sampler, SamplingParams, filter_top_k_top_p, left_pad
 from agentjax.models.tokenizer import IM_END_ID, load_tokenizer
+from agentjax.rollout.collect import constrained_choices
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [300, 301, 302, 303, 304]]
 
@@ -122,6 +123,47 @@ def test_constrained_decoding_only_emits_allowed_strings(rows, seed):
         # masked log-probs are renormalised over the allowed set: never below the unmasked ones
         assert (out.logp_bt[b, :n] >= out.logp_unmasked_bt[b, :n] - 1e-5).all()
         assert (out.logp_bt[b, :n] <= 1e-6).all()
+
+
+SPARSE_ROWS = [["go to desk 1", "go to desk 2", "look"], ["take mug 1 from desk 2", "inventory"],
+               ["open drawer 10", "open drawer 1", "examine the sofa", "🙂"], ["put mug 1 in/on cabinet 2"]]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sparse_constrained_decoding_samples_the_dense_distribution(seed):
+    """Sparse decoding (the allowed tokens' logits only) samples the dense constrained sampler's distribution:
+    greedy replies and log-probs equal the dense path's; sampled replies are allowed and their recorded log-probs
+    are the constrained softmax of a teacher-forced forward at every position."""
+    sampler = _qwen_vocab_sampler()
+    tok = sampler.tokenizer
+    rows = SPARSE_ROWS
+    prompts = [tok.encode(f"Choose an action {i}:") for i in range(4)]
+    stops = (IM_END_ID, 151643)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=16, stop_token_ids=stops, prompt_bucket=16)
+    dense = sampler.generate(prompts, greedy, jax.random.key(seed), allowed=rows)
+    sparse = sampler.generate(prompts, greedy, jax.random.key(seed), allowed=rows, sparse=True)
+    assert sparse.texts == dense.texts
+    np.testing.assert_allclose(sparse.logp_bt, dense.logp_bt, atol=2e-5)
+    tau = 1.3
+    params = SamplingParams(temperature=tau, max_new_tokens=16, stop_token_ids=stops, prompt_bucket=16)
+    out = sampler.generate(prompts, params, jax.random.key(seed), allowed=rows, sparse=True)
+    assert np.isnan(out.logp_unmasked_bt[:, 0]).all()
+    width = 32
+    tokens, segment = np.zeros((4, width), np.int32), np.zeros((4, width), np.int32)
+    for b in range(4):
+        seq = prompts[b] + [int(t) for t in out.tokens_bt[b, : out.length_b[b]]]
+        tokens[b, width - len(seq):], segment[b, width - len(seq):] = seq, 1
+    model = nnx.merge(sampler.graphdef, sampler.weights)
+    logits = np.asarray(model.logits(model.decode(jnp.asarray(tokens), jnp.asarray(segment)).hidden_bld)) / tau
+    for b in range(4):
+        n = int(out.length_b[b])
+        assert out.texts[b] in rows[b]
+        ids = [int(t) for t in out.tokens_bt[b, :n]]
+        choices = constrained_choices([tok.encode(r) for r in rows[b]], stops, ids)
+        for j, allowed in enumerate(choices):
+            z = logits[b, width - n - 1 + j, list(allowed)]
+            ref = z - np.log(np.exp(z - z.max()).sum()) - z.max()
+            np.testing.assert_allclose(out.logp_bt[b, j], ref[allowed.index(ids[j])], atol=2e-4)
 
 
 def test_a_single_allowed_string_is_forced_with_log_prob_zero():
