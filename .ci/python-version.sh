@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# A subset of the test suite under another CPython than the 3.11 of `make test` (3.12 or 3.13).
+#
+#   bash .ci/python-version.sh 3.12 [pytest args...]      (or .ci/python312.sh, .ci/python313.sh)
+#
+# Idempotent; each phase prints its time. Exits non-zero when anything fails.
+#   1. interpreter, the first that works of: $AGENTJAX_PYTHON (a path); a build cached in
+#      ${XDG_CACHE_HOME:-$HOME/.cache}/agentjax/pythonX.Y; pyenv's ${PYENV_ROOT:-$HOME/.pyenv}/versions/X.Y.*
+#      (the python machine image ships 3.12.1 and 3.13.0 there, not on PATH); a real pythonX.Y on PATH. Else CPython
+#      is built into that cache from Debian's source package pythonX.Y (trixie, else sid; 3.13 and 3.14 are there,
+#      no Debian suite has 3.12): plain `./configure --prefix=... && make -j && make install`, no PGO.
+#      AGENTJAX_BUILD_PYTHON=1 skips the installed interpreters (uses or makes the cached build).
+#   2. venv .venvXY in the repository (self-ignoring: it holds a .gitignore of `*`), the project installed editable
+#      with its test extra except torch: torch==2.13.0 for cp312/cp313 is only PyPI's CUDA build (a 527 MB wheel and
+#      18 nvidia/cuda packages, GBs), the CPU build on disk is cp311 only. AGENTJAX_TORCH=1 installs it anyway (then
+#      tests/models can run). Reinstalled when pyproject.toml, the interpreter or AGENTJAX_TORCH changes.
+#   3. pytest on SUBSET below without the slow marker's tests, or on the arguments after the version
+#      (`... 3.13 tests/credit -x`).
+set -euo pipefail
+
+# The subset (about 5 minutes on the 2 cores; `make test` keeps the whole suite on 3.11): the parts whose
+# dependencies differ by Python version (jax/jaxlib 0.12 and numpy 2.5 on 3.12+ against 0.10 / 2.4 on 3.11; flax,
+# optax, orbax, tyro, spaCy, tensorboardX), one file or folder each, without
+#   tests/models           its conftest imports torch (AGENTJAX_TORCH above);
+#   tests/envs/test_textworld.py  the CookingWorld manifest's game.json checksums are Python 3.11's: since 3.12
+#                          hash(None) is a constant, so textworld's set `names_to_exclude` (it holds None) is written
+#                          in another order (the .z8 story files are byte-identical);
+#   the slow ones          tests/parallel (4.4 min alone under load), the rest of tests/credit, the learning, loop,
+#                          notebook and ALFWorld / TextWorld-Sync tests.
+SUBSET=(
+  tests/credit/test_trajectory.py tests/credit/test_sero.py tests/rollout/test_batch.py tests/losses tests/agents
+  tests/train/test_update.py tests/train/test_checkpoint.py tests/train/test_config.py tests/train/test_metrics.py
+  tests/envs/test_sokoban.py tests/envs/test_textcraft.py tests/envs/test_webshop.py tests/envs/test_pool.py
+  tests/test_cli.py tests/test_numerics.py
+)
+NICE="nice -n 19"
+WORK=""
+
+phase() {  # phase NAME: the seconds since the previous phase
+  local now
+  now=$(date +%s)
+  printf '[python%s] %-12s %5d s\n' "$VER" "$1" $((now - PHASE_START))
+  PHASE_START=$now
+}
+
+works() {  # works PATH: an interpreter of version $VER with the modules a venv and the dependencies need
+  [[ -x $1 ]] && "$1" -c "import sys, ssl, sqlite3, lzma, bz2, ctypes, zlib, venv, ensurepip
+sys.exit(sys.version_info[:2] != ($MAJOR, $MINOR))" 2>/dev/null
+}
+
+find_python() {
+  local p
+  if [[ -n ${AGENTJAX_PYTHON:-} ]]; then
+    works "$AGENTJAX_PYTHON" && { echo "$AGENTJAX_PYTHON"; return; }
+    echo "python-version.sh: AGENTJAX_PYTHON=$AGENTJAX_PYTHON is not a working Python $VER" >&2
+    exit 2
+  fi
+  [[ -f $PREFIX/.agentjax-built ]] && works "$PREFIX/bin/python$VER" && { echo "$PREFIX/bin/python$VER"; return; }
+  [[ ${AGENTJAX_BUILD_PYTHON:-0} == 1 ]] && return
+  for p in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$VER".* 2>/dev/null | sort -Vr); do
+    works "$p/bin/python$VER" && { echo "$p/bin/python$VER"; return; }
+  done
+  p=$(type -P "python$VER" || true)
+  if [[ -n $p && $p != */shims/* ]] && works "$p"; then echo "$p"; fi
+}
+
+build_python() {  # CPython $VER from Debian's source package into $PREFIX
+  local apt src suite pkg need=()
+  WORK=$(mktemp -d)
+  apt=$WORK/apt
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial"
+  local opts=(-o "Dir::Etc::sourcelist=$apt/sources.list" -o Dir::Etc::sourceparts=/dev/null
+              -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+  for suite in trixie sid; do  # a private apt state: the machine's sources and lists are left as they are
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" \
+      >"$apt/sources.list"
+    apt-get "${opts[@]}" -qq update
+    if apt-cache "${opts[@]}" showsrc "python$VER" 2>/dev/null | grep -q '^Package:'; then
+      (cd "$WORK" && apt-get "${opts[@]}" -qq source --download-only "python$VER" >/dev/null)
+      break
+    fi
+  done
+  src=$(ls "$WORK/python${VER}_"*.orig.tar.* 2>/dev/null | head -1 || true)
+  if [[ -z $src ]]; then
+    echo "python-version.sh: no Python $VER: none installed, and no Debian suite (trixie, sid) has a source package" \
+         "python$VER (Debian went from 3.11 in bookworm to 3.13 in trixie)" >&2
+    exit 3
+  fi
+  echo "[python$VER] building $(basename "$src") (Debian $suite) into $PREFIX"
+  # The headers of the optional modules (the python image has all of them but gdbm's).
+  for pkg in build-essential libssl-dev zlib1g-dev libbz2-dev liblzma-dev libffi-dev libsqlite3-dev libreadline-dev \
+             libncurses-dev uuid-dev libgdbm-dev libgdbm-compat-dev tk-dev libexpat1-dev pkg-config xz-utils; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
+  done
+  if ((${#need[@]})); then
+    apt-get -qq update
+    DEBIAN_FRONTEND=noninteractive apt-get -qq install -y "${need[@]}" >/dev/null
+  fi
+  tar -xf "$src" -C "$WORK"
+  # The prefix is compiled in; the marker written after `make install` tells a finished build from a killed one.
+  rm -rf "$PREFIX"
+  (
+    cd "$WORK"/Python-*/
+    $NICE ./configure --prefix="$PREFIX" >"$WORK/configure.log" 2>&1 || { tail -n 30 "$WORK/configure.log"; exit 1; }
+    $NICE make -j"${JOBS:-$(nproc)}" >"$WORK/make.log" 2>&1 || { tail -n 40 "$WORK/make.log"; exit 1; }
+    $NICE make install >"$WORK/install.log" 2>&1 || { tail -n 30 "$WORK/install.log"; exit 1; }
+  )
+  echo "$(basename "$src") (Debian $suite)" >"$PREFIX/.agentjax-built"
+}
+
+test_requirements() {  # the test extra, without torch unless AGENTJAX_TORCH=1
+  "$1" - <<'EOF'
+import os, re, tomllib
+for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]:
+    if os.environ.get("AGENTJAX_TORCH") == "1" or re.split(r"[\s<>=!~\[;]", r, maxsplit=1)[0].lower() != "torch":
+        print(r)
+EOF
+}
+
+quiet_pip() {  # pip, without its notes on this machine's local index folders that lack a package
+  PATH="$VENV/bin:$PATH" $NICE "$VENV/bin/python" -m pip "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
+
+main() {
+  cd "$(dirname "$0")/.."
+  VER=${1:?usage: python-version.sh 3.12|3.13 [pytest args...]}
+  shift
+  [[ $VER =~ ^3\.[0-9]+$ ]] || { echo "python-version.sh: a version like 3.13, not '$VER'" >&2; exit 2; }
+  MAJOR=${VER%%.*} MINOR=${VER#*.}
+  PREFIX=${XDG_CACHE_HOME:-$HOME/.cache}/agentjax/python$VER
+  VENV=$PWD/.venv$MAJOR$MINOR
+  T0=$(date +%s) PHASE_START=$(date +%s)
+  trap 'if [[ -n $WORK ]]; then rm -rf "$WORK"; fi' EXIT
+
+  # 1. the interpreter
+  local py
+  py=$(find_python)
+  if [[ -z $py ]]; then
+    build_python
+    py=$PREFIX/bin/python$VER
+    works "$py" || { echo "python-version.sh: the build in $PREFIX does not work" >&2; exit 1; }
+  fi
+  echo "[python$VER] interpreter: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
+  phase interpreter
+
+  # 2. the venv
+  local interp key reqs
+  interp=$("$py" -c 'import sys; print(sys.executable, sys.version)')
+  key="$interp torch=${AGENTJAX_TORCH:-0} $(sha256sum pyproject.toml | cut -c1-16)"
+  if [[ ! -f $VENV/.installed || $(cat "$VENV/.installed") != "$key" ]]; then
+    if [[ ! -x $VENV/bin/python || $(cut -d' ' -f1-2 "$VENV/.installed" 2>/dev/null) != "$(cut -d' ' -f1-2 <<<"$interp")" ]]; then
+      rm -rf "$VENV"  # new, or made by another interpreter; else pip updates it in place
+      "$py" -m venv "$VENV"
+    fi
+    echo '*' >"$VENV/.gitignore"
+    quiet_pip install --quiet --upgrade pip
+    mapfile -t reqs < <(test_requirements "$VENV/bin/python")
+    # fast-downward-textworld (textworld[pddl], an sdist) is compiled here; its setup.py runs a bare `python`,
+    # hence the venv's bin/ first on PATH (quiet_pip), as in the Makefile.
+    quiet_pip install --quiet -e . "${reqs[@]}"
+    echo "$key" >"$VENV/.installed"
+  fi
+  "$VENV/bin/python" -c "import jax, flax, numpy
+print(f'[python$VER] jax {jax.__version__}, flax {flax.__version__}, numpy {numpy.__version__}')"
+  phase install
+
+  # 3. the tests
+  local args=("${SUBSET[@]}" -m "not slow") a rc=0
+  (($#)) && args=("$@")
+  if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    for a in "${args[@]}"; do
+      [[ $a == tests/models* ]] && { echo "python-version.sh: $a needs torch (AGENTJAX_TORCH=1)" >&2; exit 2; }
+    done
+  fi
+  export AGENTJAX_DATA="${AGENTJAX_DATA:-$(cd .. && pwd)/shared/data}"
+  $NICE "$VENV/bin/python" -m pytest -p no:cacheprovider "${args[@]}" || rc=$?
+  phase tests
+  printf '[python%s] %-12s %5d s (pytest exit %d)\n' "$VER" total $(($(date +%s) - T0)) "$rc"
+  return "$rc"
+}
+
+main "$@"
+exit
