@@ -121,6 +121,16 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
     return write_report(runs, results, name, header)
 
 
+def compile_cache(results: str) -> None:
+    """JAX's persistent compilation cache under ``results/runs/.jax_cache``: the runs of an experiment (and the
+    children of ``--jobs``) compile the same sampler and update programs, so every run after the first loads them
+    instead of compiling (minutes per run on this CPU)."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.path.join(results, "runs", ".jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
@@ -133,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
     parser.add_argument("--run-config", help=argparse.SUPPRESS)  # the child of --jobs > 1
     args = parser.parse_args(argv)
+    compile_cache(args.results)
     if args.run_config:
         with open(args.run_config) as f:
             run_one(run_from_dict(json.load(f)))
@@ -149,9 +160,37 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.report_only:
         run_all(runs, args.jobs)
-    report(runs, args.results if not args.smoke else os.path.join(args.results, "runs", "smoke"),
-           "smoke" if args.smoke else "tiny")
+    folder = args.results if not args.smoke else os.path.join(args.results, "runs", "smoke")
+    name = "smoke" if args.smoke else "tiny"
+    report(runs, folder, name)
+    print(explain(runs, folder, name, smoke=args.smoke))
     return 0
+
+
+def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, smoke: bool) -> str:
+    """What a reader of the table needs to know: what ran, what the numbers mean, where the files are."""
+    some = next(iter(runs.values()))
+    ro, ws = some.train.rollout, some.warm_start
+    lines = [
+        "",
+        "What ran: " + ", ".join(sorted({m for m, _ in runs})) + f" on Sokoban 6x6 ({some.collect.prompt} prompts), "
+        f"{some.updates} updates of {ro.num_groups} rooms x {ro.group_size} rollouts (<= {ro.max_steps} moves each), "
+        f"from one shared supervised warm start ({ws.episodes} oracle episodes, {ws.steps} steps)"
+        if ws else "What ran: " + ", ".join(sorted({m for m, _ in runs})) + " from random init",
+        f"The numbers: success rate on {some.eval_tasks} held-out rooms x {some.eval_seeds} sampled seeds, before the "
+        "first update (initial), after the last (final) and the best evaluation; ± is the standard error over "
+        "training seeds (with one seed: none). Every evaluation of a seed plays the same episodes with the same "
+        "random numbers, so a difference between evaluations is the policy's change, not sampling noise.",
+        f"Files: the table {os.path.join(folder, name + '_results.md')} (and .json), the curves "
+        f"{os.path.join(folder, name + '_curves.png')}, each run's metrics.jsonl, eval/<update>.json and "
+        f"TensorBoard logs under {os.path.dirname(some.out_dir)}/.",
+    ]
+    if smoke:
+        lines.append("This was the smoke size (a minute or two: a 4-episode warm start and 2 updates, so the policy "
+                     "is nearly untrained and success near 0 is expected): it checks the pipeline end to end. "
+                     "The tiny experiment itself: python experiments/crbc/run.py --jobs 2 (see README, "
+                     "\"The tiny CRBC experiment\").")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

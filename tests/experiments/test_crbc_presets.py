@@ -5,6 +5,7 @@ shape, whose envs need the benchmark data), the ablation grid, and the report fr
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import pytest
@@ -19,6 +20,7 @@ from agentjax.train.metrics import MetricsWriter
 from agentjax.train.presets import paper, tiny_arch
 from experiments.crbc import ablations
 from experiments.crbc.presets import ablation_runs, smoke_run, tiny_run
+from experiments.crbc.report import summarise
 from experiments.crbc.run import report
 from tests.train.conftest import token_batch
 
@@ -100,30 +102,40 @@ def test_ablations_dry_run_lists_every_run(capsys):
     assert "30 runs" in out and "K=inf w_S=10" in out and "G=16" in out and "beta=0.95" in out
 
 
-def test_report_reproduces_the_table_from_the_metrics(tmp_path):
+def test_report_reproduces_the_table_from_the_runs_files(tmp_path):
+    """The report reads each run's eval/<update>.json outcomes (tasks x eval seeds) and metrics.jsonl; numbers
+    checked by hand: mean ± standard error over training seeds, gains and differences paired by episode."""
+    outcomes = {  # updates 0, 1, 2; two tasks x two eval seeds
+        ("grpo", 0): [[[1, 0], [0, 0]], [[1, 1], [0, 0]], [[1, 1], [1, 0]]],  # 0.25, 0.5, 0.75
+        ("grpo", 1): [[[0, 0], [0, 0]], [[1, 0], [0, 0]], [[1, 0], [0, 0]]],  # 0, 0.25, 0.25
+        ("crbc", 0): [[[1, 0], [0, 0]], [[1, 1], [1, 0]], [[1, 1], [1, 1]]],  # 0.25, 0.75, 1
+        ("crbc", 1): [[[0, 0], [0, 0]], [[1, 1], [0, 0]], [[1, 1], [1, 0]]],  # 0, 0.5, 0.75
+    }
     runs = {}
-    # eval success at updates 0 (the initial policy, no training batch), 1, 2
-    finals = {("grpo", 0): [0.9, 0.1, 0.3], ("grpo", 1): [0.0, 0.2, 0.1], ("crbc", 0): [0.2, 0.4, 0.6],
-              ("crbc", 1): [0.2, 0.5, 0.8]}
-    for (method, seed), evals in finals.items():
+    for (method, seed), per_update in outcomes.items():
         run = smoke_run(method, seed, results=str(tmp_path))
         runs[(method, seed)] = run
+        os.makedirs(os.path.join(run.out_dir, "eval"))
+        for step, o in enumerate(per_update):
+            with open(os.path.join(run.out_dir, "eval", f"{step}.json"), "w") as f:
+                json.dump({"step": step, "outcomes": o}, f)
         with MetricsWriter(run.out_dir, tensorboard=False) as w:
-            w.write(0, {"eval/success_rate": evals[0]})
-            for step, value in enumerate(evals[1:], 1):
-                w.write(step, {"rollout/success_rate": value / 2, "eval/success_rate": value})
+            for step in (1, 2):
+                w.write(step, {"rollout/success_rate": (0.1 if method == "grpo" else 0.3) + 0.1 * (step - 1)})
     table = report(runs, str(tmp_path), "tiny")
-    assert table["grpo"]["final"] == pytest.approx((0.2, 0.1414213), abs=1e-6)  # last evals 0.3, 0.1
-    assert table["grpo"]["best"] == pytest.approx((0.25, 0.0707107), abs=1e-6)  # bests after updates 0.3, 0.2
-    assert table["grpo"]["initial"] == pytest.approx((0.45, 0.6363961), abs=1e-6)
-    assert table["grpo"]["gain"] == pytest.approx((-0.25, 0.4949747), abs=1e-6)  # -0.6, +0.1
-    assert table["crbc"]["final"] == pytest.approx((0.7, 0.1414213), abs=1e-6)
-    assert table["crbc"]["train_mean"] == pytest.approx((0.2875, 0.0530330), abs=1e-6)  # (0.2+0.3)/2, (0.25+0.4)/2
+    g, c = table["grpo"], table["crbc"]
+    assert (g["initial"]["mean"], g["initial"]["se"]) == pytest.approx((0.125, 0.125))
+    assert (g["final"]["mean"], g["final"]["se"]) == pytest.approx((0.5, 0.25))
+    assert (g["gain"]["mean"], g["gain"]["se"], g["gain"]["z"]) == pytest.approx((0.375, 0.125, 3.0))
+    assert (c["final"]["mean"], c["final"]["se"]) == pytest.approx((0.875, 0.125))
+    assert (c["gain"]["mean"], c["gain"]["se"]) == pytest.approx((0.75, 0.0))
+    assert (c["final_minus_base"]["mean"], c["final_minus_base"]["se"]) == pytest.approx((0.375, 0.125))
+    assert (c["train_minus_base"]["mean"], c["train_minus_base"]["se"]) == pytest.approx((0.2, 0.0))
+    assert g["curve"] == pytest.approx({0: 0.125, 1: 0.375, 2: 0.5})
+    with_threshold = summarise(runs, threshold=0.5)
+    assert with_threshold["grpo"]["updates_to_threshold"] == 2 and with_threshold["crbc"]["updates_to_threshold"] == 1
     md = (tmp_path / "tiny_results.md").read_text()
-    # paired with grpo by seed and update: seed 0 (0.2-0.05, 0.3-0.15) -> 0.15, seed 1 (0.25-0.1, 0.4-0.05) -> 0.25
-    assert table["crbc"]["train_minus_base"] == pytest.approx((0.2, 0.0707107), abs=1e-6)
-    assert ("| crbc | 2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.500 ± 0.141 | 0.700 ± 0.141 | 0.287 ± 0.053 "
-            "| +0.200 ± 0.071 |" in md), md
-    assert "| grpo | 2 |" in md and md.count("| — |") == 1, md
-    assert json.load(open(tmp_path / "tiny_results.json"))["results"]["grpo"]["final_per_seed"] == [0.3, 0.1]
+    assert "| crbc | 2 | 0.125 ± 0.125 | 0.875 ± 0.125 | 0.875 ± 0.125 | +0.750 ± 0.000 |" in md, md
+    assert "| grpo | 2 | 0.125 ± 0.125 | 0.500 ± 0.250 |" in md and "+0.375 ± 0.125 |" in md, md
+    assert json.load(open(tmp_path / "tiny_results.json"))["results"]["grpo"]["episodes"] == 4
     assert (tmp_path / "tiny_curves.png").stat().st_size > 10_000
