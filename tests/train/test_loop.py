@@ -170,8 +170,10 @@ def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
     tokenizer = load_tokenizer()
     tasks = SokobanEnv.tasks("train")[:2]
     rows = warmstart.demonstrations(SokobanEnv(), tasks, tokenizer, run.collect.replace(max_steps=15))
-    replies = [tokenizer.decode(r[:-1]) for _, r in rows]
-    assert all(r[-1] == run.collect.sampling.stop_token_ids[0] for _, r in rows)
+    replies = [tokenizer.decode(r[:-1]) for _, r, _ in rows]
+    assert all(r[-1] == run.collect.sampling.stop_token_ids[0] for _, r, _ in rows)
+    if run.collect.masked_logp:  # the constrained decoder's choices at each reply position, the oracle's among them
+        assert all(len(c) == len(r) and all(t in ci for t, ci in zip(r, c, strict=True)) for _, r, c in rows)
     assert set(replies) <= {f"<action>{a}</action>" for a in ("Up", "Down", "Left", "Right")}
     env, won = SokobanEnv(), 0  # the demonstrated actions solve both rooms
     for task in tasks:
@@ -185,6 +187,7 @@ def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
     folder = warmstart.warm_start_folder(run, tokenizer)
     info = json.load(open(os.path.join(folder, "warmstart.json")))
     assert info["loss_last"] < info["loss_first"] and info["turns"] > 2
+    assert 0.0 <= info["agreement"]["agreement"] <= 1.0 and info["agreement"]["chance"] == pytest.approx(0.25)
     monkeypatch.setattr(warmstart, "supervised", lambda *a, **k: pytest.fail("the cache was not used"))
     assert warmstart.warm_start_folder(run.replace(out_dir=str(tmp_path / "other")), tokenizer) == folder
     model = loop.build_model(run, tokenizer, None)
