@@ -76,7 +76,8 @@ def test_tiny_dry_run_for_every_env(capsys, env):
     assert co["constrained"] and co["masked_logp"]
     assert (ro["max_steps"], ro["prompt_len"], ro["response_len"], ro["capacity"]) == (
         co["max_steps"], co["max_prompt_tokens"], co["sampling"]["max_new_tokens"], co["capacity"])
-    assert ro["capacity"] == 4 * 8 * ro["max_steps"] and ro["capacity"] % (4 * 40) == 0  # whole mini-batches
+    assert ro["capacity"] == ro["num_groups"] * 8 * ro["max_steps"] and ro["capacity"] % (4 * 40) == 0  # whole
+    assert ro["num_groups"] == (8 if env == "sokoban" else 4) and co["prompt"] == "compact"  # mini-batches
     if env.startswith("textcraft"):  # the constrained decoder needs the admissible commands
         assert config["env_kwargs"] == {"admissible": True}
 
@@ -137,7 +138,7 @@ def test_one_update_on_the_new_envs(capsys, tmp_path, env):
     (["fit"], "unknown command 'fit'"),
     ([*BASE, "--train.micro-batch-size", "7"], "does not split into micro-batches of 7"),
     ([*BASE, "--train.micro-batch-size", "4", "--train.rollout.capacity", "16", "--collect.capacity", "16"],
-     "16 row slots .* 32 rollouts"),
+     "16 row slots .* 64 rollouts"),
     ([*BASE, "--train.rollout.group-size", "16"], "train.rollout.group_size=16 but collect.group_size=8"),
     ([*BASE, "--collect.max-steps", "5"], "train.rollout.max_steps=15 but collect.max_steps=5"),
     ([*BASE, "--mesh", "3", "3"], "micro_batch_size=40 must be a multiple of the mesh's fsdp size 3"),
@@ -147,7 +148,7 @@ def test_one_update_on_the_new_envs(capsys, tmp_path, env):
     ([*BASE, "--train.model.checkpoint", "/nonexistent"], "has no config.json"),
     ([*BASE, "--train.model.arch.vocab-size", "512"], "smaller than the Qwen tokenizer"),
     ([*BASE, "--env-kwargs", "room_size", "7"], "env_kwargs=.* do not fit SokobanEnv"),
-    ([*BASE, "--workers", "1000"], "workers=1000 is more than the 48 env slots"),
+    ([*BASE, "--workers", "1000"], "workers=1000 is more than the 128 env slots"),
     (["train", "--method", "crbc", "--env", "sokoban", "--preset", "paper-1.5b"], "--train.model.checkpoint DIR"),
     (["eval", "--checkpoint", "/nonexistent"], "not a training run folder"),
 ])
