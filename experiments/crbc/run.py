@@ -183,7 +183,7 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
         "random numbers, so a difference between evaluations is the policy's change, not sampling noise.",
         f"Files: the table {os.path.join(folder, name + '_results.md')} (and .json), the curves "
         f"{os.path.join(folder, name + '_curves.png')}, each run's metrics.jsonl, eval/<update>.json and "
-        f"TensorBoard logs under {os.path.dirname(some.out_dir)}/.",
+        f"TensorBoard logs under {os.path.dirname(os.path.dirname(some.out_dir))}/<method>/<seed>/.",
     ]
     if smoke:
         lines.append("This was the smoke size (a minute or two: a 4-episode warm start and 2 updates, so the policy "
