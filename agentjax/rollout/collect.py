@@ -91,7 +91,8 @@ from agentjax.agents.projection import (
 )
 from agentjax.agents.prompts import PromptTemplate, build_messages, encode_prompt
 from agentjax.models import constrain
-from agentjax.models.sampler import SampleOutput, SamplingParams
+from agentjax.models.constrain import constrained_choices
+from agentjax.models.sampler import SampleOutput, SamplingParams, batch_padding
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.ids import group_local_ids
@@ -326,18 +327,6 @@ def _encode(tokenizer: Any, messages: list[dict[str, str]], config: CollectConfi
     return ids[len(ids) - config.max_prompt_tokens:], True
 
 
-def batch_padding(live: int, config: CollectConfig) -> int:
-    """Dummy rows added to a policy call of ``live`` rows: up to a multiple of ``batch_bucket``, or with
-    ``pow2_batches`` up to the next power of two ≥ ``batch_bucket`` (a run then compiles the sampler for
-    log₂(rows) batch shapes instead of rows / batch_bucket: at 128 eval episodes, 5 shapes instead of 16)."""
-    if not config.pow2_batches:
-        return -live % config.batch_bucket
-    size = config.batch_bucket
-    while size < live:
-        size *= 2
-    return size - live
-
-
 def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig, vocab_size: int | None,
                 cache: dict[str, list[int]]) -> constrain.TokenTrie:
     """The trie of the allowed replies of each row; checks that every reply and its stop token fit."""
@@ -355,26 +344,6 @@ def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig,
         rows.append(row)
     needed = max((sum(len(q) for q in row) for row in rows), default=1)
     return constrain.build_trie(rows, max_edges=max(config.max_trie_edges, needed), vocab_size=vocab_size)
-
-
-def constrained_choices(replies: Sequence[Sequence[int]], stop_ids: Sequence[int],
-                        response: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """The tokens the constrained decoder allowed at each position of ``response`` (sorted): the next tokens of
-    the ``replies`` (token sequences) that agree with the prefix, plus ``stop_ids`` where one of them is complete
-    (:mod:`agentjax.models.constrain`). Raises if ``response`` leaves the trie (a decoder bug, never expected)."""
-    out = []
-    live = [list(r) for r in replies]
-    stops = set(int(t) for t in stop_ids)
-    for j, token in enumerate(int(t) for t in response):
-        choices = {r[j] for r in live if len(r) > j}
-        if any(len(r) == j for r in live):
-            choices |= stops
-        if token not in choices:
-            raise ValueError(f"constrained_choices: token {token} at position {j} is none of the allowed "
-                             f"{sorted(choices)}: the response was not decoded under these replies")
-        out.append(tuple(sorted(choices)))
-        live = [r for r in live if len(r) > j and r[j] == token]
-    return tuple(out)
 
 
 def _make_turn(step: int, obs: Obs, prompt: list[int], prompt_truncated: bool, out: SampleOutput, row: int,
@@ -476,7 +445,7 @@ def run_episodes(
                                f"slot {slot} (task {tasks[g].task_id!r}, step {step})")
             prompts.append(ids)
             truncated.append(cut)
-        pad = batch_padding(len(live), config)
+        pad = batch_padding(len(live), config.batch_bucket, pow2=config.pow2_batches)
         allowed, rows = None, None
         if config.constrained:
             rows = [[config.constrained_format.format(action=a) for a in (obs[s].admissible or ())] for s in live]

@@ -206,3 +206,10 @@ def test_a_remat_model_samples_like_the_plain_one():
     a = Sampler(plain).generate(PROMPTS, params, jax.random.key(0))
     b = Sampler(remat).generate(PROMPTS, params, jax.random.key(0))
     np.testing.assert_array_equal(a.tokens_bt, b.tokens_bt)
+
+
+def test_batch_padding_to_multiples_or_powers_of_two():
+    from agentjax.models.sampler import batch_padding
+
+    assert [batch_padding(n, 8) for n in (1, 8, 9, 128)] == [7, 0, 7, 0]
+    assert [batch_padding(n, 8, pow2=True) for n in (1, 8, 9, 33, 100, 128)] == [7, 0, 7, 31, 28, 0]
