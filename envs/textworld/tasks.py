@@ -148,13 +148,31 @@ def game_file(task: Task, root: str | os.PathLike | None = None) -> pathlib.Path
 
 
 def sha256(path: pathlib.Path) -> str:
-    """SHA-256 of a game file. A game's ``.json`` records the absolute path of textworld's grammar folder
-    (``KB.text_grammars_path``), which depends on where textworld is installed; that prefix is replaced by
-    ``<textworld>`` before hashing, so the same game hashes alike in every checkout and virtual environment."""
+    """SHA-256 of a game file; a ``.json`` game description is hashed in a canonical form (:func:`canonical_json`),
+    so that the same game hashes alike in every checkout, virtual environment and Python build."""
     data = path.read_bytes()
     if path.suffix == ".json":
-        data = data.replace(_textworld_dir().encode(), b"<textworld>")
+        data = canonical_json(data)
     return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(data: bytes) -> bytes:
+    """A game's ``.json`` with what varies between installs of the same textworld made uniform.
+
+    - The absolute path of textworld's grammar folder (``KB.text_grammars_path``), which depends on where textworld
+      is installed: its prefix becomes ``<textworld>``.
+    - The order of ``grammar.names_to_exclude``, which textworld writes from a set of strings that holds ``None``:
+      ``hash(None)`` is the address of ``None`` before Python 3.12 (so it moves with the interpreter build and with
+      address-space randomisation) and a constant since, and the set's order follows it. The list is sorted
+      (``None`` first); the game itself does not depend on it (textworld reads it back into a set, and the ``.z8``
+      is identical byte for byte).
+    Keys are sorted and the separators fixed, so the form does not depend on how the file was formatted."""
+    text = data.decode().replace(_textworld_dir(), "<textworld>")
+    game = json.loads(text)
+    names = game.get("grammar", {}).get("names_to_exclude")
+    if isinstance(names, list):
+        game["grammar"]["names_to_exclude"] = sorted(names, key=lambda n: (n is not None, n or ""))
+    return json.dumps(game, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @functools.cache

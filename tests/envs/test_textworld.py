@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import json
 import os
 import pathlib
 import pickle
@@ -34,7 +35,16 @@ from envs.textworld import (
     normalise,
 )
 from envs.textworld.generate import Z8_SERIAL, ensure_games, generate_here
-from envs.textworld.tasks import game_file, games_root, make_task, planned_entries, sha256, task_entry, verify_game
+from envs.textworld.tasks import (
+    canonical_json,
+    game_file,
+    games_root,
+    make_task,
+    planned_entries,
+    sha256,
+    task_entry,
+    verify_game,
+)
 
 OBJECTIVE = (
     "You are hungry! Let's cook a delicious meal. Check the cookbook in the kitchen for the recipe. Once done, "
@@ -154,10 +164,28 @@ def test_generation_is_deterministic_and_locked(generated, root, tmp_path):
             job.result()
     assert sorted(again, key=lambda r: r["seconds"] is None)[1] == {"id": task.task_id, "seconds": None}
     assert isinstance(sorted(again, key=lambda r: r["seconds"] is None)[0]["seconds"], float)
-    for suffix in (".z8", ".json"):
-        assert (tmp_path / task.task_id / f"game{suffix}").read_bytes() == game_file(task, root).with_suffix(
-            suffix).read_bytes()
+    assert (tmp_path / task.task_id / "game.z8").read_bytes() == game_file(task, root).read_bytes()
+    assert canonical_json((tmp_path / task.task_id / "game.json").read_bytes()) == canonical_json(
+        game_file(task, root).with_suffix(".json").read_bytes())
     assert sorted(p.name for p in tmp_path.iterdir()) == [".locks", task.task_id]  # no temporary folder left
+
+
+def test_the_json_checksum_ignores_the_install_path_and_the_order_of_the_excluded_names(generated, root, tmp_path):
+    """textworld writes ``grammar.names_to_exclude`` from a set holding ``None``, whose order follows ``hash(None)``
+    (an address before Python 3.12, so it moves with the build and address-space randomisation; a constant since),
+    and textworld's install path (``<textworld>``): neither changes the checksum; any other change does."""
+    game = json.loads(game_file(generated[0][0], root).with_suffix(".json").read_text())
+    names = game["grammar"]["names_to_exclude"]
+    assert None in names and len(names) > 2
+    want = sha256(game_file(generated[0][0], root).with_suffix(".json"))
+
+    def checksum(g, name="game.json"):
+        (tmp_path / name).write_text(json.dumps(g, indent=1))
+        return sha256(tmp_path / name)
+
+    assert checksum(dict(game, grammar=dict(game["grammar"], names_to_exclude=names[::-1]))) == want
+    assert checksum(dict(game, grammar=dict(game["grammar"], names_to_exclude=names[1:]))) != want
+    assert checksum(dict(game, objective=game["objective"] + " ")) != want
 
 
 def test_generation_refuses_a_random_hash_seed_and_reports_failures(tmp_path):
