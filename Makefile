@@ -34,8 +34,10 @@ $(STAMP): pyproject.toml | $(PY)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# One pytest worker per core (pytest-xdist), each test file on one worker (its module fixtures built once).
+TEST_WORKERS ?= auto
 test: $(STAMP) alfworld-data
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 # The end-to-end checks of minutes (pytest -m slow), which CI runs after `make test` and times on their own.
 test-slow: $(STAMP) alfworld-data
