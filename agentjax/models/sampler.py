@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
+from jax.extend.random import threefry2x32_p
 from jaxtyping import Array, Float
 
 from agentjax.models import constrain
@@ -163,10 +164,68 @@ def _sparse_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, m
     return take(ids_ba).astype(jnp.int32), take(logp_ba)
 
 
+def exact_draws_supported() -> bool:
+    """Whether :func:`_gumbel_at` reproduces ``jax.random.categorical``'s draws: threefry keys in JAX's
+    partitionable layout (bits of flat index ``i`` from the counter ``i``) and the default ("low") Gumbel mode."""
+    return bool(jax.config.jax_threefry_partitionable) and not bool(
+        getattr(jax.config, "jax_high_dynamic_range_gumbel", False)) and \
+        jax.config.jax_default_prng_impl == "threefry2x32"
+
+
+def _gumbel_at(key_data: jax.Array, index: jax.Array) -> jax.Array:
+    """``jax.random.gumbel(key, shape, float32).ravel()[index]`` without the rest of the array: the threefry bits of
+    counter ``index`` (hi word 0: the array has < 2³² entries), made uniform on [tiny, 1) and ``−log(−log u)``,
+    step for step as ``jax.random.gumbel`` (threefry_partitionable, mode "low"; :func:`exact_draws_supported`).
+    ``key_data``: ``[..., 2]`` uint32 (``jax.random.key_data``), broadcast against ``index``."""
+    lo = index.astype(jnp.uint32)
+    k1, k2 = (jnp.broadcast_to(key_data[..., i], lo.shape) for i in (0, 1))
+    bits1, bits2 = threefry2x32_p.bind(k1, k2, jnp.zeros_like(lo), lo)
+    bits = bits1 ^ bits2
+    floats = jax.lax.bitcast_convert_type((bits >> jnp.uint32(9)) | jnp.uint32(0x3F800000), jnp.float32) \
+        - jnp.float32(1.0)
+    tiny = jnp.float32(jnp.finfo(jnp.float32).tiny)
+    u = jax.lax.max(tiny, floats * (jnp.float32(1.0) - tiny) + tiny)
+    return -jnp.log(-jnp.log(u))
+
+
+def _exact_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, width: int, sub, z_bv):
+    """Dense constrained decoding's token and log-probs from the allowed tokens only, with the same draws.
+
+    The dense path samples ``argmax_v (z_v + g_v)`` over the masked logits (a disallowed ``z`` is
+    ``finfo.min``, which no Gumbel noise ``g`` lifts above an allowed one), so its token is the argmax over the
+    allowed ids with the Gumbel noise of those ids (:func:`_gumbel_at`: the same numbers as the ``[B, V]`` draw,
+    no ``[B, V]`` threefry, logs and mask). Returns ``(token_b, logp_b, logp_unmasked_b)``: the constrained
+    log-prob (softmax over the allowed ids: the dense masked softmax's value up to float rounding) and the
+    unmasked one (the dense path's ``log_softmax(z)``, unchanged). Needs every row active (constrained)."""
+    b, v = z_bv.shape
+    ids_ba, ok_ba = constrain.allowed_ids(trie, state.node_b, stop_ids, width)
+    n_stop = stop_ids.shape[0]
+    if n_stop:  # a stop id that is also a child token is one token (the dense mask's set), counted once
+        dup = (ids_ba[:, -n_stop:, None] == ids_ba[:, None, :-n_stop]) & ok_ba[:, None, :-n_stop]
+        ok_ba = ok_ba.at[:, -n_stop:].set(ok_ba[:, -n_stop:] & ~dup.any(-1))
+    z_ba = constrain.mask_logits(jnp.take_along_axis(z_bv, ids_ba, axis=-1), ok_ba)
+    logp_ba = jax.nn.log_softmax(z_ba, axis=-1)
+    if params.greedy:
+        score_ba = z_ba
+    elif state.row_keys is None:  # jax.random.categorical(sub, z_bv): Gumbel noise of flat index b·V + v
+        score_ba = z_ba + _gumbel_at(jax.random.key_data(sub), jnp.arange(b)[:, None] * v + ids_ba)
+    else:  # vmap(categorical)(keys_b, z_bv): row b's noise of index v under its own key
+        keys_b = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state.row_keys, state.step)
+        score_ba = z_ba + _gumbel_at(jax.random.key_data(keys_b)[:, None, :], ids_ba)
+    # ties (equal z + g) go to the smaller vocabulary id, as the dense argmax
+    best_b = jnp.max(jnp.where(ok_ba, score_ba, -jnp.inf), axis=-1, keepdims=True)
+    choice_b = jnp.argmin(jnp.where(ok_ba & (score_ba == best_b), ids_ba, v), axis=-1)
+    take = lambda m: jnp.take_along_axis(m, choice_b[:, None], axis=-1)[:, 0]  # noqa: E731
+    token_b = take(ids_ba).astype(jnp.int32)
+    logp_full = jax.nn.log_softmax(z_bv.astype(jnp.float32), axis=-1)
+    return token_b, take(logp_ba), jnp.take_along_axis(logp_full, token_b[:, None], axis=-1)[:, 0]
+
+
 def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: SamplingParams, graphdef, weights,
-                 sparse_width: int = 0):
+                 sparse_width: int = 0, exact_width: int = 0):
     """One token for every live row, then one decode step of the model on it (``sparse_width > 0``: sparse
-    constrained decoding, :func:`_sparse_choice`: no ``[B, V]`` logits, and no unmasked log-probs, NaN)."""
+    constrained decoding, :func:`_sparse_choice`: no ``[B, V]`` logits, and no unmasked log-probs, NaN;
+    ``exact_width > 0``: the dense path's draws from the allowed tokens, :func:`_exact_choice`)."""
     model = nnx.merge(graphdef, weights)
     key, sub = jax.random.split(state.key)
     if sparse_width:
@@ -177,14 +236,18 @@ def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: Sampling
         b, v = state.logits_bv.shape
         tau = 1.0 if params.greedy else params.temperature
         z = state.logits_bv / tau
-        if trie is not None:
+        if exact_width:
+            token_b, logp_b, logp_un_b = _exact_choice(state, trie, stop_ids, params, exact_width, sub, z)
+        elif trie is not None:
             allowed = constrain.allowed_tokens(trie, state.node_b, stop_ids, v)
             logp_masked_bv, logp_full_bv = constrain.masked_log_softmax(z, allowed)
             z = constrain.mask_logits(z, allowed)
         else:
             logp_full_bv = jax.nn.log_softmax(z, axis=-1)
             logp_masked_bv = logp_full_bv
-        if params.greedy:
+        if exact_width:
+            pass
+        elif params.greedy:
             token_b = jnp.argmax(z, axis=-1).astype(jnp.int32)
         else:
             z = filter_top_k_top_p(z, params.top_k, params.top_p)
@@ -193,8 +256,9 @@ def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: Sampling
             else:  # per-row streams: a row's draws do not depend on which other rows share the batch
                 keys_b = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state.row_keys, state.step)
                 token_b = jax.vmap(jax.random.categorical)(keys_b, z).astype(jnp.int32)
-        take = lambda m: jnp.take_along_axis(m, token_b[:, None], axis=-1)[:, 0]  # noqa: E731
-        logp_b, logp_un_b = take(logp_masked_bv), take(logp_full_bv)
+        if not exact_width:
+            take = lambda m: jnp.take_along_axis(m, token_b[:, None], axis=-1)[:, 0]  # noqa: E731
+            logp_b, logp_un_b = take(logp_masked_bv), take(logp_full_bv)
 
     live_b = state.finish_b == Finish.RUNNING
     rows = jnp.arange(b)
@@ -227,7 +291,7 @@ def _prefill(graphdef, weights, tokens_bl, segment_bl, key, row_keys, *, slots: 
     b, lp = tokens_bl.shape
     cache = KVCache.init(model.config, b, slots)
     positions_bl = jnp.maximum(jnp.cumsum(segment_bl, axis=1) - 1, 0).astype(jnp.int32)
-    out = model.decode(tokens_bl, segment_bl, positions_bl, cache)
+    out = model.decode(tokens_bl, segment_bl, positions_bl, cache, prefill=True)
     hidden_bd = out.hidden_bld[:, -1, :] if sparse else None
     logits_bv = None if sparse else model.logits(out.hidden_bld[:, -1:, :])[:, 0, :]
     zeros_bt = jnp.zeros((b, max_new), jnp.float32)
@@ -238,14 +302,15 @@ def _prefill(graphdef, weights, tokens_bl, segment_bl, key, row_keys, *, slots: 
                        row_keys=row_keys, hidden_bd=hidden_bd)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "params", "sparse_width"), donate_argnames=("state",))
+@functools.partial(jax.jit, static_argnames=("graphdef", "params", "sparse_width", "exact_width"),
+                   donate_argnames=("state",))
 def _decode(graphdef, weights, state: DecodeState, trie, stop_ids, max_new_b, until, *, params: SamplingParams,
-            sparse_width: int = 0):
+            sparse_width: int = 0, exact_width: int = 0):
     def cond(s):
         return (s.step < until) & jnp.any(s.finish_b == Finish.RUNNING)
 
     def body(s):
-        return _sample_step(s, trie, stop_ids, max_new_b, params, graphdef, weights, sparse_width)
+        return _sample_step(s, trie, stop_ids, max_new_b, params, graphdef, weights, sparse_width, exact_width)
 
     return jax.lax.while_loop(cond, body, state)
 
@@ -355,6 +420,11 @@ class Sampler:
                 raise ValueError("sparse decoding samples among the allowed tokens: give every row an allowed list")
             width = constrain.max_branching(trie) + len(params.stop_token_ids)
             width = 1 << (width - 1).bit_length()  # a power of two: few compiled variants
+        exact = 0  # dense decoding of constrained rows: the same draws from the allowed tokens only
+        if (not sparse and trie is not None and params.top_k == 0 and params.top_p == 1.0 and exact_draws_supported()
+                and bool(np.all(np.asarray(trie.active_b)))):
+            exact = constrain.max_branching(trie) + len(params.stop_token_ids)
+            exact = 1 << (exact - 1).bit_length()
         tokens, segment = left_pad(prompts, params.prompt_bucket)
         slots = tokens.shape[1] + max_new
         if row_keys is not None and row_keys.shape != (b,):
@@ -369,7 +439,7 @@ class Sampler:
         while True:
             until = min(until + chunk, max_new)
             state = _decode(self.graphdef, self.weights, state, trie, stop_ids, limit, jnp.int32(until),
-                            params=params, sparse_width=width)
+                            params=params, sparse_width=width, exact_width=exact)
             if params.stop_strings:
                 state = self._apply_stop_strings(state, params.stop_strings, done_text)
             if until >= max_new or not bool(jnp.any(state.finish_b == Finish.RUNNING)):

@@ -449,7 +449,9 @@ def run_episodes(
         allowed, rows = None, None
         if config.constrained:
             rows = [[config.constrained_format.format(action=a) for a in (obs[s].admissible or ())] for s in live]
-            dummy = [rows[0]] * pad if config.sparse_logits else [[]] * pad  # sparse: every row constrained
+            # dummy rows copy the first row's constraint: every row constrained lets the sampler take the allowed
+            # tokens only (sparse, or the dense path's draws: Sampler.generate); their replies are dropped
+            dummy = [rows[0]] * pad
             allowed = _constraint(tokenizer, rows + dummy, config, vocab_size, token_cache)
         prompt_s += time.perf_counter() - t0
 

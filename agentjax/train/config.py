@@ -287,6 +287,9 @@ class TrainConfig:
       max_nonfinite_updates: a run stops (``NonFiniteUpdateError``) once more optimizer steps than this have been
         skipped for a NaN/Inf loss or gradient.
       seed: PRNG seed of the run (initial state, sampling keys).
+      compact_rows: before each update, cut the batch's prompt padding and decode the real rows' shared prompt
+        prefix once (:func:`agentjax.train.update.compact_rows`; the same numbers up to float rounding, a compiled
+        update per prompt width and prefix length). None: on a CPU backend with an unsharded model only.
     """
 
     model: ModelConfig = ModelConfig()
@@ -299,6 +302,7 @@ class TrainConfig:
     epochs: int = 1
     max_nonfinite_updates: int = 3
     seed: int = 0
+    compact_rows: bool | None = None
 
     def __post_init__(self):
         _positive(self, "micro_batch_size", "mini_batches", "epochs")

@@ -58,6 +58,7 @@ import chex
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
@@ -97,12 +98,16 @@ class UpdateSpec:
     ppo: PPOCredit | None  # the value head's loss parameters; None: no value head
     mini_batches: int = 1
     epochs: int = 1
+    compact_rows: bool = False  # compact_rows before the jitted update (TrainConfig.compact_rows, resolved)
 
     @classmethod
-    def of(cls, config: TrainConfig) -> UpdateSpec:
+    def of(cls, config: TrainConfig, model: nnx.Module | None = None) -> UpdateSpec:
+        compact = getattr(config, "compact_rows", None)
+        if compact is None:  # auto: one CPU device's worth of unsharded rows
+            compact = jax.default_backend() == "cpu" and getattr(model, "act_sharding", None) is None
         return cls(loss=config.loss, optimizer=config.optimizer, micro_batch_size=config.micro_batch_size,
                    ppo=config.credit if config.is_ppo else None, mini_batches=config.mini_batches,
-                   epochs=config.epochs)
+                   epochs=config.epochs, compact_rows=bool(compact))
 
     @property
     def steps(self) -> int:
@@ -152,8 +157,10 @@ def forward_rows(
     *,
     loss: LossConfig,
     with_entropy: bool,
+    prefix_p: Int[Array, " P"] | None = None,
 ) -> tuple[Float[Array, "B L"], Float[Array, "B L"], Float[Array, "B D"]]:
-    """Decoder pass over prompt + response rows (module docstring).
+    """Decoder pass over prompt + response rows (module docstring); ``prefix_p``: every row's prompt continues
+    these tokens (:func:`compact_rows`), decoded once.
 
     Returns:
       (logp_bl, entropy_bl, hidden_bd): log π(response token) and the entropy of each response position
@@ -164,7 +171,7 @@ def forward_rows(
     lp = batch.prompt_tokens.shape[1]
     tokens = jnp.concatenate([batch.prompt_tokens, batch.response_tokens], axis=1)
     segment = jnp.concatenate([batch.prompt_mask, response_inputs(batch)], axis=1).astype(jnp.int32)
-    hidden = model.decode(tokens, segment).hidden_bld
+    hidden = model.decode(tokens, segment, prefix_p=prefix_p).hidden_bld
     lr = batch.response_tokens.shape[1]
     if batch.allowed_tokens is not None:
         logp, ent = allowed_logprobs(hidden[:, lp - 1: lp - 1 + lr], model.unembedding_vd, batch.response_tokens,
@@ -271,13 +278,14 @@ def _mini_batch_rows(spec: UpdateSpec, row_mask: Bool[Array, " B"], key: PRNGKey
 
 
 def _micro_objective(
-    trainable: dict, ref_params, mb: WeightedRows, *, graphdef: nnx.GraphDef, spec: UpdateSpec
+    trainable: dict, ref_params, mb: WeightedRows, prefix_p=None, *, graphdef: nnx.GraphDef, spec: UpdateSpec
 ) -> tuple[Float[Array, ""], Metrics]:
     """The micro-batch's share of ``L`` and its metric sums (token-weighted means add up over micro-batches)."""
     cfg = spec.loss
     batch = mb.batch
     mask_bl = trained_mask(batch)
-    logp, ent, hidden = forward_rows(graphdef, trainable["policy"], batch, loss=cfg, with_entropy=True)
+    logp, ent, hidden = forward_rows(graphdef, trainable["policy"], batch, loss=cfg, with_entropy=True,
+                                     prefix_p=prefix_p)
     terms = ppo_clip_terms(logp, batch.behaviour_logp, broadcast_advantage(mb.advantage, mask_bl), mask_bl,
                            clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
     tw = mb.token_weight_bl
@@ -299,7 +307,7 @@ def _micro_objective(
         "decision_behaviour_kl": weighted_sum(-log_ratio, mb.decision_weight_bl),
     }
     if cfg.kl_coef > 0:
-        ref_logp, _, _ = forward_rows(graphdef, ref_params, batch, loss=cfg, with_entropy=False)
+        ref_logp, _, _ = forward_rows(graphdef, ref_params, batch, loss=cfg, with_entropy=False, prefix_p=prefix_p)
         kl_bl = low_var_kl(logp, jax.lax.stop_gradient(ref_logp), mask_bl)
         loss = loss + cfg.kl_coef * weighted_sum(kl_bl, mb.weight_bl)
         metrics["kl"] = weighted_sum(kl_bl, tw)
@@ -328,7 +336,8 @@ class _Sums:
     metrics: Any  # {name: [] float32}, summed (maximum for "*_max"); Any: eval_shape rebuilds it abstractly
 
 
-def _accumulate(spec: UpdateSpec, graphdef, trainable, ref_params, rows: WeightedRows, *, with_grad: bool):
+def _accumulate(spec: UpdateSpec, graphdef, trainable, ref_params, rows: WeightedRows, *, with_grad: bool,
+                prefix_p=None):
     """Scan over micro-batches of consecutive rows: (summed float32 gradients or None, summed metrics)."""
     objective = functools.partial(_micro_objective, graphdef=graphdef, spec=spec)
     size = spec.micro_batch_size
@@ -336,8 +345,8 @@ def _accumulate(spec: UpdateSpec, graphdef, trainable, ref_params, rows: Weighte
 
     def compute(mb) -> _Sums:
         if not with_grad:
-            return _Sums(grads=None, metrics=objective(trainable, ref_params, mb)[1])
-        (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(trainable, ref_params, mb)
+            return _Sums(grads=None, metrics=objective(trainable, ref_params, mb, prefix_p)[1])
+        (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(trainable, ref_params, mb, prefix_p)
         return _Sums(grads=jax.tree.map(lambda g: g.astype(jnp.float32), grads), metrics=metrics)
 
     zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(compute, cut(0)))
@@ -373,16 +382,16 @@ def make_update(config: TrainConfig, model: nnx.Module, tx: optax.GradientTransf
       over :func:`decision_mask`, and the counts decision_tokens, signal_rows (real rows with a non-zero
       advantage), signal_decision_tokens (their decision tokens).
     """
-    return _build_update(UpdateSpec.of(config), _graphdef(model), tx)
+    return _build_update(UpdateSpec.of(config, model), _graphdef(model), tx)
 
 
 @functools.lru_cache(maxsize=8)
 def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Update:
     schedule = make_schedule(spec.optimizer)
 
-    def optimizer_step(carry, rows: WeightedRows, ref_params):
+    def optimizer_step(carry, rows: WeightedRows, ref_params, prefix_p):
         trainable, opt_state, nonfinite = carry
-        grads, metrics = _accumulate(spec, graphdef, trainable, ref_params, rows, with_grad=True)
+        grads, metrics = _accumulate(spec, graphdef, trainable, ref_params, rows, with_grad=True, prefix_p=prefix_p)
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, trainable)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
@@ -397,17 +406,17 @@ def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
         return (trainable, opt_state, nonfinite + skipped), metrics | {"grad_norm": grad_norm,
                                                                        "skipped": skipped.astype(jnp.float32)}
 
-    def update(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None):
+    def update(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None, prefix_p=None):
         chex.assert_equal_shape([adv.advantage, batch.reward])
         carry = (state.trainable, state.opt_state, state.nonfinite)
         if spec.steps == 1:  # one step over the whole batch
-            carry, metrics = optimizer_step(carry, _order(spec, batch, adv, key), state.ref_params)
+            carry, metrics = optimizer_step(carry, _order(spec, batch, adv, key), state.ref_params, prefix_p)
         else:  # epochs × mini-batches, each mini-batch weighted over its own rows (verl's ppo_mini_batch_size)
             _check_batch(spec, batch)
 
             def mini(carry, idx):
                 rows = _weighted(spec, jax.tree.map(lambda x: x[idx], batch), _pick_rows(adv, idx))
-                return optimizer_step(carry, rows, state.ref_params)
+                return optimizer_step(carry, rows, state.ref_params, prefix_p)
 
             def epoch(carry, epoch_key):
                 return jax.lax.scan(mini, carry, _mini_batch_rows(spec, batch.row_mask, epoch_key))
@@ -429,7 +438,60 @@ def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
         }
         return new_state, metrics
 
-    return jax.jit(update, donate_argnums=0)
+    jitted = jax.jit(update, donate_argnums=0)
+    if not spec.compact_rows:
+        return jitted
+
+    def compacted(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None):
+        batch, prefix_p = compact_rows(batch, COMPACT_BUCKET)
+        return jitted(state, batch, adv, key, prefix_p)
+
+    compacted._cache_size = jitted._cache_size  # the compiled shapes, as on a jitted function
+    compacted.jitted = jitted
+    return compacted
+
+
+COMPACT_BUCKET = 64  # compact_rows: prompt widths and shared prefixes in multiples of this (bounded compiles)
+
+
+def compact_rows(batch: StepBatch, bucket: int = COMPACT_BUCKET) -> tuple[StepBatch, np.ndarray | None]:
+    """Host side, before the jitted update: ``(batch', prefix_p)`` with the same real tokens in fewer slots.
+
+    The prompts of the real rows are left-padded (the collector's layout) and, in a multi-turn batch, open with
+    the same text (system prompt, rules). ``prefix_p`` is their longest common prefix, cut to a multiple of
+    ``bucket`` tokens and short of every prompt by at least one token (``None`` below ``bucket``), which the
+    decoder then runs once for all rows (:meth:`agentjax.models.qwen.Qwen.decode`'s ``prefix_p``); ``batch'``
+    keeps the last ``W'`` prompt slots, ``W'`` the longest remaining prompt rounded up to ``bucket``, with the
+    prefix's slots masked out. Masked slots contribute exact zeros and positions count real tokens, so the loss,
+    gradients and log-probs are the same up to float rounding (summation order), at ``W' + Lr`` slots a row
+    instead of ``Lp + Lr``. The tiny preset (Sokoban, verl-agent prompts of 402-515 tokens in 640 slots, 256
+    shared): 330 slots a row instead of 650. Rows whose prompt mask is not one block ending at the last slot
+    (not the collector's layout) leave the batch as it is; padding rows never matter."""
+    mask = np.asarray(batch.prompt_mask)
+    real = np.asarray(batch.row_mask)
+    width = mask.shape[1]
+    if not real.any():
+        return batch, None
+    lens = mask.sum(1)
+    slot = np.arange(width)
+    if not (mask[real] == (slot[None, :] >= width - lens[real, None])).all():
+        return batch, None
+    tokens = np.asarray(batch.prompt_tokens)
+    lens_r = lens[real]
+    shortest = int(lens_r.min())
+    prefix_len = 0
+    if shortest > bucket:  # the real rows' common prefix: prompt token j of row b sits at width - len_b + j
+        head = np.take_along_axis(tokens[real], (width - lens_r)[:, None] + np.arange(shortest - 1)[None, :], 1)
+        differs = np.nonzero((head != head[:1]).any(0))[0]
+        common = int(differs[0]) if len(differs) else shortest - 1
+        prefix_len = common // bucket * bucket
+    keep = min(width, -(-(int(lens_r.max()) - prefix_len) // bucket) * bucket)
+    if keep == width and not prefix_len:
+        return batch, None
+    new_mask = mask[:, width - keep:] & (slot[None, width - keep:] >= (width - lens + prefix_len)[:, None])
+    prefix_p = head[0, :prefix_len].astype(np.int32) if prefix_len else None
+    return batch.replace(prompt_tokens=jnp.asarray(tokens[:, width - keep:]), prompt_mask=jnp.asarray(new_mask)), \
+        prefix_p
 
 
 def make_loss_fn(config: TrainConfig, model: nnx.Module) -> Callable[..., tuple[jax.Array, Metrics]]:

@@ -11,7 +11,7 @@ from flax import nnx
 from agentjax.models.config import QwenConfig
 from agentjax.models.hf import load_hf
 from agentjax.models.logprobs import chunked_logprobs
-from agentjax.models.qwen import QUERY_CHUNK, KVCache, Qwen, positions_from_segments
+from agentjax.models.qwen import QUERY_CHUNK, KVCache, Qwen, causal_attention, positions_from_segments
 from tests.models.conftest import padded_batch
 
 
@@ -185,3 +185,58 @@ def test_config_errors_name_the_problem(tmp_path):
         QwenConfig.from_hf({"model_type": "llama"})
     with pytest.raises(ValueError, match="num_layers: preset 24 vs checkpoint 2"):
         QwenConfig.qwen2p5_0p5b().check_against(QwenConfig.qwen2p5_0p5b(num_layers=2).to_hf())
+
+
+def test_a_shared_prefix_decoded_once_equals_decoding_it_in_every_row():
+    """decode(rows, prefix_p=p) is decode(p ++ row) on the row's real tokens: hidden states and gradients (Qwen3's
+    block: the Qwen2 one less the q/k norms)."""
+    config = QwenConfig.tiny_qwen3()
+    model = Qwen(config, rngs=nnx.Rngs(6))
+    rng = np.random.RandomState(5)
+    p, length = QUERY_CHUNK + 6, QUERY_CHUNK + 30  # both cross a query chunk
+    prefix = rng.randint(0, config.vocab_size, p)
+    rows = rng.randint(0, config.vocab_size, (3, length))
+    seg = np.ones((3, length), np.int32)
+    seg[1, :40], seg[2, :QUERY_CHUNK + 10] = 0, 0  # left padding, the sampler's / collector's layout
+    full_tokens, full_seg = np.zeros((3, p + length), np.int32), np.zeros((3, p + length), np.int32)
+    for b in range(3):  # the prefix right before each row's real tokens, padding first
+        n = seg[b].sum()
+        full_tokens[b, length - n: length - n + p], full_tokens[b, p + length - n:] = prefix, rows[b, length - n:]
+        full_seg[b, length - n:] = 1
+    real = seg.astype(bool)
+
+    def hidden_full(m):
+        return m.decode(jnp.asarray(full_tokens), jnp.asarray(full_seg)).hidden_bld[:, p:]
+
+    def hidden_prefixed(m):
+        return m.decode(jnp.asarray(rows), jnp.asarray(seg), prefix_p=jnp.asarray(prefix)).hidden_bld
+
+    assert_rel_close(nnx.jit(hidden_prefixed)(model), nnx.jit(hidden_full)(model), where=real)
+    loss = lambda f: lambda m: jnp.sum(jnp.where(real[..., None], f(m), 0.0) ** 2)  # noqa: E731
+    g_full, g_prefixed = (nnx.state(nnx.jit(nnx.grad(loss(f)))(model)) for f in (hidden_full, hidden_prefixed))
+    for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_prefixed), strict=True):
+        assert_rel_close(b, a, tol=1e-4)
+
+
+def test_row_by_row_attention_equals_the_batched_one():
+    """causal_attention row by row (lax.map + checkpoint, the CPU path) and batched: outputs and gradients."""
+    config = QwenConfig.tiny_qwen2()
+    rng = np.random.RandomState(7)
+    b, length, n, k, h = 3, QUERY_CHUNK + 20, config.num_heads, config.num_kv_heads, config.head_dim
+    q = jnp.asarray(rng.randn(b, length, n, h), jnp.float32)
+    kv = jnp.asarray(rng.randn(2, b, length, k, h), jnp.float32)
+    prefix = tuple(jnp.asarray(rng.randn(1, 9, k, h), jnp.float32) for _ in range(2))
+    seg = np.ones((b, length), np.int32)
+    seg[0, :30] = 0
+    seg[2, length - 5:] = 2  # a packed second segment
+    for prefix_kv in (None, prefix):
+        def attn(q, k_, v, by_rows, prefix_kv=prefix_kv):
+            return causal_attention(config, q, k_, v, jnp.asarray(seg), by_rows=by_rows, prefix_kv=prefix_kv)
+
+        real = jnp.asarray(seg != 0)[..., None, None]
+        loss = lambda by_rows: lambda q, k_, v: jnp.sum(jnp.where(real, attn(q, k_, v, by_rows), 0.0) ** 2)  # noqa
+        out = [jax.jit(attn, static_argnums=3)(q, kv[0], kv[1], by_rows) for by_rows in (True, False)]
+        np.testing.assert_allclose(np.where(real, out[0], 0), np.where(real, out[1], 0), rtol=1e-5, atol=1e-6)
+        for a_, b_ in zip(jax.jit(jax.grad(loss(True), (0, 1, 2)))(q, kv[0], kv[1]),
+                          jax.jit(jax.grad(loss(False), (0, 1, 2)))(q, kv[0], kv[1]), strict=True):
+            np.testing.assert_allclose(a_, b_, rtol=1e-4, atol=1e-5)

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from agentjax.models.config import QwenConfig
 from agentjax.models.hf import load_hf
 from agentjax.models.qwen import Qwen
-from agentjax.models.sampler import Finish, Sampler, SamplingParams, filter_top_k_top_p, left_pad
+from agentjax.models.sampler import (
+    Finish,
+    Sampler,
+    SamplingParams,
+    _gumbel_at,
+    exact_draws_supported,
+    filter_top_k_top_p,
+    left_pad,
+)
 from agentjax.models.tokenizer import IM_END_ID, load_tokenizer
 from agentjax.rollout.collect import constrained_choices
 
@@ -213,3 +221,37 @@ def test_batch_padding_to_multiples_or_powers_of_two():
 
     assert [batch_padding(n, 8) for n in (1, 8, 9, 128)] == [7, 0, 7, 0]
     assert [batch_padding(n, 8, pow2=True) for n in (1, 8, 9, 33, 100, 128)] == [7, 0, 7, 31, 28, 0]
+
+
+def test_gumbel_at_is_jax_randoms_gumbel_at_those_indices():
+    assert exact_draws_supported()
+    for seed, shape in ((0, (5, 151_936)), (1, (3, 7)), (2, (64,))):
+        key = jax.random.key(seed)
+        full = np.asarray(jax.random.gumbel(key, shape, jnp.float32)).ravel()
+        index = np.random.default_rng(seed).integers(0, full.size, 200)
+        np.testing.assert_array_equal(np.asarray(_gumbel_at(jax.random.key_data(key), jnp.asarray(index))),
+                                      full[index])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6, 0.0])
+@pytest.mark.parametrize("row_keys", [False, True])
+def test_dense_constrained_draws_from_the_allowed_tokens_only_are_the_same(temperature, row_keys, monkeypatch):
+    """With every row constrained the dense sampler draws from the allowed tokens only (the same Gumbel noise as the
+    [B, V] draw): the same tokens, the same unmasked log-probs, the masked ones up to float rounding."""
+    import agentjax.models.sampler as sampler_module
+
+    sampler = _qwen_vocab_sampler()
+    tok = sampler.tokenizer
+    prompts = [tok.encode(f"Choose an action {i}:") for i in range(4)]
+    params = SamplingParams(temperature=temperature, max_new_tokens=16, stop_token_ids=(IM_END_ID, 151643),
+                            prompt_bucket=16)
+    extra = {"row_keys": jax.random.split(jax.random.key(9), 4)} if row_keys else {}
+    outs = []
+    for exact in (True, False):
+        monkeypatch.setattr(sampler_module, "exact_draws_supported", lambda exact=exact: exact)
+        outs.append(sampler.generate(prompts, params, jax.random.key(4), allowed=SPARSE_ROWS, **extra))
+    fast, dense = outs
+    np.testing.assert_array_equal(fast.tokens_bt, dense.tokens_bt)
+    np.testing.assert_array_equal(fast.length_b, dense.length_b)
+    np.testing.assert_array_equal(fast.logp_unmasked_bt, dense.logp_unmasked_bt)
+    np.testing.assert_allclose(fast.logp_bt, dense.logp_bt, rtol=1e-6, atol=1e-6)
