@@ -166,7 +166,7 @@ print(f'[python$VER] jax {jax.__version__}, flax {flax.__version__}, numpy {nump
   phase install
 
   # 3. the tests
-  local args=("${SUBSET[@]}" -m "not slow") a rc=0
+  local args=("${SUBSET[@]}" -m "not slow" -n "${TEST_WORKERS:-auto}" --dist loadfile) a rc=0  # as `make test`
   (($#)) && args=("$@")
   if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
     for a in "${args[@]}"; do

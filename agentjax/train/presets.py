@@ -20,20 +20,21 @@ the Instruct weights: pass ``--train.model.checkpoint DIR`` (enforced by ``requi
 
 The ``tiny`` preset: a 2-layer, d = 64 random-init Qwen2-architecture policy with the full Qwen vocabulary
 (151,936; the real tokenizer), constrained decoding of ``<action>…</action>`` replies trained on the distribution
-it samples (``masked_logp``), 4 groups × 8 rollouts, the paper's step caps (Sokoban 15; shorter for
-TextCraft-Synth, TextWorld and TextWorld-Sync: :data:`TINY_STEP_CAPS`), prompt and reply capacities measured per
-env (:data:`TINY_PROMPT_LENS`, :data:`TINY_RESPONSE_LENS`; TextCraft with its admissible lists), 10 updates of 4
-mini-batches each (120 rows; AdamW at 2e-3), evaluation at updates 0, 5 and 10 on 24 eval tasks × 2 seeds. It
-starts from a shared supervised warm start on 1,000 oracle episodes (4,060 Sokoban turns; 1,000 AdamW steps of 32
-turns at 2e-3: response NLL 11.9 → 0.15–0.17 per token, i.e. the format and a little of the direction; eval
-success 0.27 against 0.20 after a 64-episode warm start). Tuning on Sokoban (GRPO, seed 0): from the short warm
-start, learning rates 2e-4 to 3e-3 with one or four optimizer steps per update showed no eval gain in 12 updates;
-unmasked training at 1e-3 blew the entropy up (AdamW moves every unembedding row). Measured on the shared 2-core
-CPU with two runs side by side: an update ≈ 80 s (generate ≈ 45 s, update ≈ 30 s for ≈ 450 turns), an
-evaluation of 48 episodes ≈ 75 s; the warm start 37 min beside another run (measured; not timed alone), once.
-Every env has an oracle, so every tiny preset warm-starts; only Sokoban's settings were tuned. TextWorld's warm
-start plays all 300 train games, which are generated on first use (``$TEXTWORLD_GAMES``, 2-15 s a game on this
-machine; ``python -m envs.textworld.generate --split train --split valid`` makes them ahead).
+it samples (``masked_logp``; sparse: logits of the allowed tokens only), compact prompts (``prompt="compact"``,
+:mod:`agentjax.agents.compact`: a short instruction, the observation last, one token per Sokoban cell, no history
+where the state is fully observed), per-row sampling streams (``row_keys``: the same episodes whatever shares a
+batch), 4 groups × 8 rollouts (Sokoban: 8 groups, :data:`TINY_GROUPS`), the paper's step caps (Sokoban 15;
+shorter for TextCraft-Synth, TextWorld and TextWorld-Sync: :data:`TINY_STEP_CAPS`), prompt and reply capacities
+measured per env (:data:`TINY_PROMPT_LENS`, :data:`TINY_RESPONSE_LENS`), updates of 4 mini-batches (micro-batches
+of 40 rows; AdamW at 2e-3), 10 updates (Sokoban 20) with evaluation every 4 on 24 eval tasks × 2 seeds (Sokoban:
+64 × 2 = 128 episodes, the same episodes and sampling streams at every eval point). It starts from a shared
+supervised warm start on 1,000 oracle episodes (1,000 AdamW steps of 32 turns at 2e-3, on the constrained choices:
+:mod:`agentjax.train.warmstart`, which records the policy's held-out agreement with the oracle; Sokoban: 0.46 ±
+0.03 against 0.25 by chance). RL from it on Sokoban is not tuned yet: in 8 GRPO updates learning rate 2e-3 lowered
+the eval success (paired −0.10 ± 0.04) and 5e-4 left it within noise (README, "The tiny CRBC experiment"). Every
+env has an oracle, so every tiny preset warm-starts. TextWorld's warm start plays all 300 train games, which are
+generated on first use (``$TEXTWORLD_GAMES``, 2-15 s a game on this machine; ``python -m envs.textworld.generate
+--split train --split valid`` makes them ahead).
 """
 
 from __future__ import annotations
