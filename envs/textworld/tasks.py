@@ -160,19 +160,35 @@ def canonical_json(data: bytes) -> bytes:
     """A game's ``.json`` with what varies between installs of the same textworld made uniform.
 
     - The absolute path of textworld's grammar folder (``KB.text_grammars_path``), which depends on where textworld
-      is installed: its prefix becomes ``<textworld>``.
+      was installed when the game was made (a cache is shared by checkouts and virtual environments): every
+      absolute path into a ``textworld`` package folder becomes ``<textworld>/...``.
     - The order of ``grammar.names_to_exclude``, which textworld writes from a set of strings that holds ``None``:
       ``hash(None)`` is the address of ``None`` before Python 3.12 (so it moves with the interpreter build and with
       address-space randomisation) and a constant since, and the set's order follows it. The list is sorted
       (``None`` first); the game itself does not depend on it (textworld reads it back into a set, and the ``.z8``
       is identical byte for byte).
     Keys are sorted and the separators fixed, so the form does not depend on how the file was formatted."""
-    text = data.decode().replace(_textworld_dir(), "<textworld>")
-    game = json.loads(text)
+    game = _relative_paths(json.loads(data.decode()))
     names = game.get("grammar", {}).get("names_to_exclude")
     if isinstance(names, list):
         game["grammar"]["names_to_exclude"] = sorted(names, key=lambda n: (n is not None, n or ""))
     return json.dumps(game, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _relative_paths(value: Any) -> Any:
+    """``value`` with every absolute path into a ``textworld`` package folder (the last ``/textworld/`` of the
+    path: the package, not a folder above it) as ``<textworld>/...``; this install's folder is checked exactly."""
+    if isinstance(value, dict):
+        return {k: _relative_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative_paths(v) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        here = _textworld_dir()
+        if value == here or value.startswith(here + "/"):
+            return "<textworld>" + value[len(here):]
+        if (cut := value.rfind("/textworld/")) >= 0:
+            return "<textworld>" + value[cut + len("/textworld"):]
+    return value
 
 
 @functools.cache

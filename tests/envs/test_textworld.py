@@ -173,7 +173,9 @@ def test_generation_is_deterministic_and_locked(generated, root, tmp_path):
 def test_the_json_checksum_ignores_the_install_path_and_the_order_of_the_excluded_names(generated, root, tmp_path):
     """textworld writes ``grammar.names_to_exclude`` from a set holding ``None``, whose order follows ``hash(None)``
     (an address before Python 3.12, so it moves with the build and address-space randomisation; a constant since),
-    and textworld's install path (``<textworld>``): neither changes the checksum; any other change does."""
+    and the path of the textworld that made it (``<textworld>``): neither changes the checksum; other changes do."""
+    import textworld
+
     game = json.loads(game_file(generated[0][0], root).with_suffix(".json").read_text())
     names = game["grammar"]["names_to_exclude"]
     assert None in names and len(names) > 2
@@ -184,6 +186,9 @@ def test_the_json_checksum_ignores_the_install_path_and_the_order_of_the_exclude
         return sha256(tmp_path / name)
 
     assert checksum(dict(game, grammar=dict(game["grammar"], names_to_exclude=names[::-1]))) == want
+    here = os.path.dirname(os.path.abspath(textworld.__file__))  # a game made by another checkout's textworld
+    moved = json.loads(json.dumps(game).replace(here, "/elsewhere/venv/lib/python3.11/site-packages/textworld"))
+    assert moved != game and checksum(moved) == want
     assert checksum(dict(game, grammar=dict(game["grammar"], names_to_exclude=names[1:]))) != want
     assert checksum(dict(game, objective=game["objective"] + " ")) != want
 
