@@ -1,0 +1,63 @@
+"""One tiny Sokoban run with the RL step changed: the probes that chose the tiny preset's learning rate.
+
+The run is ``experiments/crbc/presets.py``'s ``tiny_run`` (the shared warm start, the same 128 eval episodes and
+sampling streams at every eval point) with the learning rate and the optimizer steps per update set here, written
+to ``--out``; at the end it prints the eval success at every eval point and the gain over the first one, paired by
+episode (mean ± standard error over the 128 episodes).
+
+    python experiments/crbc/probe.py --method grpo --lr 5e-4 --mini-batches 1 --out /tmp/probe/grpo-5e-4
+
+The probes of the README ("The tiny CRBC experiment"), each 20 updates from the warm start, seed 0: GRPO at 2e-3 /
+4 steps an update (the old preset), 5e-4 / 1, 2e-4 / 4, 2e-3 / 1 and GiGPO at 1e-3 / 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+
+from experiments.crbc import run as experiment  # noqa: E402
+from experiments.crbc.presets import tiny_run  # noqa: E402
+
+
+def eval_curve(out_dir: str) -> dict:
+    """``{"success": {update: rate}, "gain": mean, "gain_se": se}`` from the run's per-episode eval outcomes."""
+    folder = os.path.join(out_dir, "eval")
+    steps = sorted(int(name[:-5]) for name in os.listdir(folder) if name.endswith(".json"))
+    outcomes = {}
+    for step in steps:
+        with open(os.path.join(folder, f"{step}.json")) as f:
+            outcomes[step] = np.asarray(json.load(f)["outcomes"], float).ravel()
+    diff = outcomes[steps[-1]] - outcomes[steps[0]]
+    return dict(success={s: float(o.mean()) for s, o in outcomes.items()}, gain=float(diff.mean()),
+                gain_se=float(diff.std(ddof=1) / np.sqrt(diff.size)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--method", default="grpo")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, required=True, help="AdamW learning rate")
+    parser.add_argument("--mini-batches", type=int, required=True, help="optimizer steps per update")
+    parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
+    parser.add_argument("--out", required=True, help="the run's folder")
+    args = parser.parse_args(argv)
+    run = tiny_run(args.method, args.seed, updates=args.updates)
+    optimizer = dataclasses.replace(run.train.optimizer, learning_rate=args.lr)
+    run = run.replace(train=run.train.replace(optimizer=optimizer, mini_batches=args.mini_batches), out_dir=args.out)
+    experiment.compile_cache(experiment.RESULTS)
+    experiment.run_one(run)
+    curve = eval_curve(args.out)
+    print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches) | curve))
+
+
+if __name__ == "__main__":
+    main()
