@@ -23,3 +23,16 @@ def test_eval_curve_pairs_the_gain_by_episode(tmp_path):
 def test_the_step_is_required():
     with pytest.raises(SystemExit):
         main(["--method", "grpo", "--out", "x"])
+
+
+def test_the_demo_explains_its_paired_gain(tmp_path):
+    from experiments.crbc import run as experiment
+    from experiments.crbc.presets import tiny_run
+
+    run = tiny_run("gigpo", 0, results=str(tmp_path)).replace(out_dir=str(tmp_path / "gigpo" / "seed0"))
+    (tmp_path / "gigpo" / "seed0" / "eval").mkdir(parents=True)
+    for step, outcomes in ((0, [[0, 0], [1, 0]]), (20, [[1, 0], [1, 1]])):
+        (tmp_path / "gigpo" / "seed0" / "eval" / f"{step}.json").write_text(json.dumps({"outcomes": outcomes}))
+    assert experiment.main(["--demo", "--dry-run", "--results", str(tmp_path)]) == 0
+    text = experiment.explain({("gigpo", 0): run}, str(tmp_path), "demo", smoke=False, demo=True)
+    assert "gigpo seed 0: eval success 0.250 at update 0 -> 0.750 at update 20, gain +0.500 ± 0.289" in text
