@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
     parser.add_argument("--smoke", action="store_true", help="2 updates, seed 0 only, small sizes")
     parser.add_argument("--demo", action="store_true",
-                        help="make demo: the tiny preset's GiGPO run of seed 0 (its warm start included), ~10 min")
+                        help="make demo: the tiny preset's GiGPO run of seed 0 (its warm start included), ~5 min")
     parser.add_argument("--results", default=RESULTS, help="folder of the table, figure and runs")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
