@@ -44,8 +44,9 @@ test-slow: $(STAMP) alfworld-data
 	$(PY) -m pytest -m slow
 
 # About 5 minutes (282 s on a fresh clone, alone on the 2 cores): the tiny Sokoban preset's shared warm start
-# (1,000 oracle episodes), then 20 GiGPO updates of seed 0 with its eval curve and paired gain; experiments/crbc/run.py --jobs 2 is the whole comparison (README,
-# "The tiny CRBC experiment"), which reuses this run; --smoke the 2-minute pipeline check.
+# (1,000 oracle episodes), then 20 GiGPO updates of seed 0 with its eval curve and paired gain;
+# experiments/crbc/run.py --jobs 2 is the whole comparison (README, "The tiny CRBC experiment"), which reuses this
+# run; --smoke is the 2-minute pipeline check.
 demo: $(STAMP) alfworld-data
 	$(PY) experiments/crbc/run.py --demo
 
