@@ -48,15 +48,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, required=True, help="AdamW learning rate")
     parser.add_argument("--mini-batches", type=int, required=True, help="optimizer steps per update")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
+    parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 8)")
     parser.add_argument("--out", required=True, help="the run's folder")
     args = parser.parse_args(argv)
     run = tiny_run(args.method, args.seed, updates=args.updates)
     optimizer = dataclasses.replace(run.train.optimizer, learning_rate=args.lr)
     run = run.replace(train=run.train.replace(optimizer=optimizer, mini_batches=args.mini_batches), out_dir=args.out)
+    if args.groups:
+        run = run.with_sizes(num_groups=args.groups)
     experiment.compile_cache(experiment.RESULTS)
     experiment.run_one(run)
     curve = eval_curve(args.out)
-    print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches) | curve))
+    print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
+                          groups=run.train.rollout.num_groups) | curve))
 
 
 if __name__ == "__main__":
