@@ -102,7 +102,7 @@ class UpdateSpec:
 
     @classmethod
     def of(cls, config: TrainConfig, model: nnx.Module | None = None) -> UpdateSpec:
-        compact = getattr(config, "compact_rows", None)
+        compact = config.compact_rows
         if compact is None:  # auto: one CPU device's worth of unsharded rows
             compact = jax.default_backend() == "cpu" and getattr(model, "act_sharding", None) is None
         return cls(loss=config.loss, optimizer=config.optimizer, micro_batch_size=config.micro_batch_size,

@@ -177,25 +177,14 @@ def canonical_json(data: bytes) -> bytes:
 
 def _relative_paths(value: Any) -> Any:
     """``value`` with every absolute path into a ``textworld`` package folder (the last ``/textworld/`` of the
-    path: the package, not a folder above it) as ``<textworld>/...``; this install's folder is checked exactly."""
+    path: the package, not a folder above it) as ``<textworld>/...``."""
     if isinstance(value, dict):
         return {k: _relative_paths(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_relative_paths(v) for v in value]
-    if isinstance(value, str) and value.startswith("/"):
-        here = _textworld_dir()
-        if value == here or value.startswith(here + "/"):
-            return "<textworld>" + value[len(here):]
-        if (cut := value.rfind("/textworld/")) >= 0:
-            return "<textworld>" + value[cut + len("/textworld"):]
+    if isinstance(value, str) and value.startswith("/") and (cut := value.rfind("/textworld/")) >= 0:
+        return "<textworld>" + value[cut + len("/textworld"):]
     return value
-
-
-@functools.cache
-def _textworld_dir() -> str:
-    import textworld
-
-    return os.path.dirname(os.path.abspath(textworld.__file__))
 
 
 def verify_game(entry: Mapping[str, Any], z8: pathlib.Path) -> None:

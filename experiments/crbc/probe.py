@@ -16,29 +16,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import pathlib
 import sys
-
-import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from experiments.crbc import run as experiment  # noqa: E402
 from experiments.crbc.presets import tiny_run  # noqa: E402
-
-
-def eval_curve(out_dir: str) -> dict:
-    """``{"success": {update: rate}, "gain": mean, "gain_se": se}`` from the run's per-episode eval outcomes."""
-    folder = os.path.join(out_dir, "eval")
-    steps = sorted(int(name[:-5]) for name in os.listdir(folder) if name.endswith(".json"))
-    outcomes = {}
-    for step in steps:
-        with open(os.path.join(folder, f"{step}.json")) as f:
-            outcomes[step] = np.asarray(json.load(f)["outcomes"], float).ravel()
-    diff = outcomes[steps[-1]] - outcomes[steps[0]]
-    return dict(success={s: float(o.mean()) for s, o in outcomes.items()}, gain=float(diff.mean()),
-                gain_se=float(diff.std(ddof=1) / np.sqrt(diff.size)))
+from experiments.crbc.report import episode_gain  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         run = run.with_sizes(num_groups=args.groups)
     experiment.compile_cache(experiment.RESULTS)
     experiment.run_one(run)
-    curve = eval_curve(args.out)
+    curve = episode_gain(args.out)
     print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
                           groups=run.train.rollout.num_groups) | curve))
 

@@ -46,6 +46,19 @@ def eval_outcomes(out_dir: str) -> dict[int, np.ndarray]:
     return dict(sorted(out.items()))
 
 
+def episode_gain(out_dir: str) -> dict[str, Any]:
+    """One run's eval curve and its gain over the first evaluation, paired episode by episode: ``{"success":
+    {update: rate}, "first", "last" (updates), "gain", "gain_se" (over the episodes), "episodes"}``."""
+    outcomes = eval_outcomes(out_dir)
+    if not outcomes:
+        raise FileNotFoundError(f"{out_dir} has no evaluations (eval/<update>.json)")
+    first, last = min(outcomes), max(outcomes)
+    diff = (outcomes[last] - outcomes[first]).ravel()
+    se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan")
+    return dict(success={s: float(o.mean()) for s, o in outcomes.items()}, first=first, last=last,
+                gain=float(diff.mean()), gain_se=se, episodes=int(diff.size))
+
+
 def _ms(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, np.float64)
     se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")

@@ -35,8 +35,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 if ROOT not in sys.path:
@@ -45,7 +43,7 @@ if ROOT not in sys.path:
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig, run_from_dict  # noqa: E402
 from experiments.crbc.presets import METHODS, RESULTS, SEEDS, smoke_run, tiny_run  # noqa: E402
-from experiments.crbc.report import eval_outcomes, write_report  # noqa: E402
+from experiments.crbc.report import episode_gain, write_report  # noqa: E402
 
 
 def finished(run: RunConfig) -> bool:
@@ -200,12 +198,10 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
                      "\"The tiny CRBC experiment\").")
     if demo:
         for (method, seed), run in runs.items():
-            outcomes = eval_outcomes(run.out_dir)
-            first, last = min(outcomes), max(outcomes)
-            diff = (outcomes[last] - outcomes[first]).ravel()
-            lines.append(f"{method} seed {seed}: eval success {outcomes[first].mean():.3f} at update {first} -> "
-                         f"{outcomes[last].mean():.3f} at update {last}, gain {diff.mean():+.3f} ± "
-                         f"{diff.std(ddof=1) / np.sqrt(diff.size):.3f} (paired over the {diff.size} episodes)")
+            g = episode_gain(run.out_dir)
+            lines.append(f"{method} seed {seed}: eval success {g['success'][g['first']]:.3f} at update {g['first']} "
+                         f"-> {g['success'][g['last']]:.3f} at update {g['last']}, gain {g['gain']:+.3f} ± "
+                         f"{g['gain_se']:.3f} (paired over the {g['episodes']} episodes)")
         lines.append("This was one training seed of the tiny experiment (its runs are reused by it), so the table has "
                      "no standard error over seeds; the paired gain above has one over episodes, and a gain under "
                      "2 of them is within noise. The whole comparison (6 methods x 3 seeds, ~1 h with 2 jobs): "

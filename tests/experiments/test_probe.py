@@ -1,11 +1,12 @@
-"""experiments/crbc/probe.py: the eval curve and the paired gain it prints."""
+"""experiments/crbc/probe.py and the demo: the eval curve and the paired gain they print (report.episode_gain)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments.crbc.probe import eval_curve, main
+from experiments.crbc.probe import main
+from experiments.crbc.report import episode_gain
 
 
 def test_eval_curve_pairs_the_gain_by_episode(tmp_path):
@@ -13,11 +14,14 @@ def test_eval_curve_pairs_the_gain_by_episode(tmp_path):
     first, last = [[0, 1], [0, 0], [1, 1]], [[1, 1], [0, 1], [1, 0]]  # 3 tasks x 2 seeds
     for step, outcomes in ((0, first), (4, [[0, 0]] * 3), (20, last)):
         (tmp_path / "eval" / f"{step}.json").write_text(json.dumps({"step": step, "outcomes": outcomes}))
-    curve = eval_curve(str(tmp_path))
-    assert curve["success"] == {0: 0.5, 4: 0.0, 20: 4 / 6}
+    curve = episode_gain(str(tmp_path))
+    assert curve["success"] == {0: 0.5, 4: 0.0, 20: 4 / 6} and (curve["first"], curve["last"]) == (0, 20)
+    assert curve["episodes"] == 6
     diff = np.array([1, 0, 0, 1, 0, -1], float)
     assert curve["gain"] == pytest.approx(diff.mean())
     assert curve["gain_se"] == pytest.approx(diff.std(ddof=1) / np.sqrt(6))
+    with pytest.raises(FileNotFoundError, match="no evaluations"):
+        episode_gain(str(tmp_path / "missing"))
 
 
 def test_the_step_is_required():
