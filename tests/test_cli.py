@@ -77,7 +77,7 @@ def test_tiny_dry_run_for_every_env(capsys, env):
     assert (ro["max_steps"], ro["prompt_len"], ro["response_len"], ro["capacity"]) == (
         co["max_steps"], co["max_prompt_tokens"], co["sampling"]["max_new_tokens"], co["capacity"])
     assert ro["capacity"] == ro["num_groups"] * 8 * ro["max_steps"] and ro["capacity"] % (4 * 40) == 0  # whole
-    assert ro["num_groups"] == (8 if env == "sokoban" else 4) and co["prompt"] == "compact"  # mini-batches
+    assert ro["num_groups"] == (16 if env == "sokoban" else 4) and co["prompt"] == "compact"  # mini-batches
     if env.startswith("textcraft"):  # the constrained decoder needs the admissible commands
         assert config["env_kwargs"] == {"admissible": True}
 
@@ -138,7 +138,7 @@ def test_one_update_on_the_new_envs(capsys, tmp_path, env):
     (["fit"], "unknown command 'fit'"),
     ([*BASE, "--train.micro-batch-size", "7"], "does not split into micro-batches of 7"),
     ([*BASE, "--train.micro-batch-size", "4", "--train.rollout.capacity", "16", "--collect.capacity", "16"],
-     "16 row slots .* 64 rollouts"),
+     "16 row slots .* 128 rollouts"),
     ([*BASE, "--train.rollout.group-size", "16"], "train.rollout.group_size=16 but collect.group_size=8"),
     ([*BASE, "--collect.max-steps", "5"], "train.rollout.max_steps=15 but collect.max_steps=5"),
     ([*BASE, "--mesh", "3", "3"], "micro_batch_size=40 must be a multiple of the mesh's fsdp size 3"),

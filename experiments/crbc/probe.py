@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mini-batches", type=int, required=True, help="optimizer steps per update")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
     parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 8)")
+    parser.add_argument("--eval-temperature", type=float, default=None,
+                        help="evaluation temperature (0: greedy, one eval seed; default: the sampler's 1.0)")
     parser.add_argument("--out", required=True, help="the run's folder")
     args = parser.parse_args(argv)
     run = tiny_run(args.method, args.seed, updates=args.updates)
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     run = run.replace(train=run.train.replace(optimizer=optimizer, mini_batches=args.mini_batches), out_dir=args.out)
     if args.groups:
         run = run.with_sizes(num_groups=args.groups)
+    if args.eval_temperature is not None:
+        run = run.replace(eval_temperature=args.eval_temperature,
+                          eval_seeds=1 if args.eval_temperature == 0 else run.eval_seeds)
     experiment.compile_cache(experiment.RESULTS)
     experiment.run_one(run)
     curve = episode_gain(args.out)

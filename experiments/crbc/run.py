@@ -8,10 +8,10 @@
     python experiments/crbc/run.py --smoke              # 2 updates, 1 seed, small sizes: the pipeline end to end
     python experiments/crbc/run.py --report-only        # rebuild the table and figure from the runs' metrics
 
-Every run has the same budget (10 updates × 4 groups × 8 rollouts × ≤ 15 turns, 4 optimizer steps per update;
-``--updates`` changes it) and starts from the same supervised warm start on oracle demonstrations (1,000 episodes,
-1,000 AdamW steps; 37 minutes measured on 2 shared cores, made once and cached in ``results/warmstart/``,
-identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made seed by seed (every
+Every run has the same budget (the tiny Sokoban preset: 20 updates × 16 groups × 8 rollouts × ≤ 15 turns, 2
+optimizer steps an update at 5e-4; ``--updates`` changes it) and starts from the same supervised warm start on oracle
+demonstrations (4,000 episodes, 2,000 AdamW steps; about 5 minutes on the 2 cores, made once and cached in
+``results/warmstart/``, identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made seed by seed (every
 method's seed 0 first). Runs that already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``);
 an interrupted run resumes from its checkpoint.
 

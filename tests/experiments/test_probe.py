@@ -40,3 +40,14 @@ def test_the_demo_explains_its_paired_gain(tmp_path):
     assert experiment.main(["--demo", "--dry-run", "--results", str(tmp_path)]) == 0
     text = experiment.explain({("gigpo", 0): run}, str(tmp_path), "demo", smoke=False, demo=True)
     assert "gigpo seed 0: eval success 0.250 at update 0 -> 0.750 at update 20, gain +0.500 ± 0.289" in text
+
+
+def test_the_warm_start_curve_probes_held_out_agreement(tmp_path):
+    from experiments.crbc.warmstart_curve import main as curve_main
+
+    out = tmp_path / "curve.jsonl"
+    curve_main(["--episodes", "2", "--steps", "3", "--every", "2", "--batch", "4", "--out", str(out)])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 3]
+    for r in records:
+        assert 0.0 <= r["agreement"] <= 1.0 and r["turns"] > 0 and np.isfinite(r["loss"])
