@@ -9,11 +9,11 @@
     python experiments/crbc/run.py --report-only        # rebuild the table and figure from the runs' metrics
 
 Every run has the same budget (the tiny Sokoban preset: 20 updates × 16 groups × 8 rollouts × ≤ 15 turns, 2
-optimizer steps an update at 5e-4; ``--updates`` changes it) and starts from the same supervised warm start on oracle
-demonstrations (4,000 episodes, 2,000 AdamW steps; about 5 minutes on the 2 cores, made once and cached in
-``results/warmstart/``, identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made seed by seed (every
-method's seed 0 first). Runs that already finished are not re-run (their ``metrics.jsonl`` reaches ``updates``);
-an interrupted run resumes from its checkpoint.
+optimizer steps an update at 5e-4; ``--updates`` changes it) and starts from the same supervised warm start on
+oracle demonstrations (4,000 episodes, 2,000 AdamW steps; about 5 minutes on the 2 cores, made once and cached in
+``results/warmstart/``, identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made
+seed by seed (every method's seed 0 first). Runs that already finished are not re-run (their ``metrics.jsonl``
+reaches ``updates``); an interrupted run resumes from its checkpoint.
 
 The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it reproduces the table from the
 runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
