@@ -37,7 +37,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -133,8 +133,11 @@ def _sft_step(graphdef, params, opt_state, batch: StepBatch, *, tx, loss: LossCo
 
 
 def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: int, loss: LossConfig, *,
-               max_allowed: int = 16) -> list[float]:
-    """``ws.steps`` AdamW steps of response NLL on ``rows``, in place on ``model``; returns the loss per step."""
+               max_allowed: int = 16, every: int = 0, callback: Callable[[int, Qwen], None] | None = None
+               ) -> list[float]:
+    """``ws.steps`` AdamW steps of response NLL on ``rows``, in place on ``model``; returns the loss per step.
+    With ``every`` > 0, ``callback(step, model)`` runs after every ``every``-th step and the last (``model`` holds
+    that step's weights), e.g. a held-out probe (``experiments/crbc/warmstart_curve.py``)."""
     if not rows:
         raise ValueError("warm start: no demonstration turns")
     graphdef, params = nnx.split(model, nnx.Param)
@@ -147,8 +150,20 @@ def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: in
         batch = _pack([rows[i] for i in pick], lp, lr, max_allowed)
         params, opt_state, value = _sft_step(graphdef, params, opt_state, batch, tx=tx, loss=loss)
         losses.append(float(value))
+        if callback is not None and every > 0 and (len(losses) % every == 0 or len(losses) == ws.steps):
+            nnx.update(model, params)
+            callback(len(losses), model)
     nnx.update(model, params)
     return losses
+
+
+def run_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
+    """The warm start's demonstrations: the oracle on the first ``episodes`` of a ``seed``-permutation of the train
+    split."""
+    ws, spec = run.warm_start, run.spec
+    tasks = spec.tasks(spec.train_split)
+    order = np.random.default_rng(ws.seed).permutation(len(tasks))[:ws.episodes]
+    return demonstrations(spec.env_class()(**run.env_kwargs), [tasks[i] for i in order], tokenizer, run.collect)
 
 
 def cache_key(run: RunConfig) -> str:
@@ -174,10 +189,8 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     arch = run.train.model.arch
     ckpt = run.train.model.checkpoint
     model = load_hf(ckpt, config=arch) if ckpt else Qwen(arch, rngs=nnx.Rngs(ws.seed))
-    spec = run.spec
-    tasks = spec.tasks(spec.train_split)
-    order = np.random.default_rng(ws.seed).permutation(len(tasks))[:ws.episodes]
-    rows = demonstrations(spec.env_class()(**run.env_kwargs), [tasks[i] for i in order], tokenizer, run.collect)
+    rows = run_demonstrations(run, tokenizer)
+    episodes = min(ws.episodes, len(run.spec.tasks(run.spec.train_split)))
     ro = run.train.rollout
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
     losses = supervised(model, rows, ws, ro.prompt_len, ro.response_len, loss, max_allowed=run.collect.max_allowed)
@@ -187,7 +200,7 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
         save_hf(model, tmp)
         with open(os.path.join(tmp, "warmstart.json"), "w") as f:
             json.dump({"warm_start": {k: v for k, v in vars(ws).items() if k != "cache_dir"}, "env": run.env,
-                       "episodes": len(order), "turns": len(rows), "loss_first": losses[0], "loss_last": losses[-1],
+                       "episodes": episodes, "turns": len(rows), "loss_first": losses[0], "loss_last": losses[-1],
                        "losses": losses, "seconds": time.perf_counter() - t0}, f, indent=1)
         if os.path.exists(folder):  # another process finished first: keep its copy
             shutil.rmtree(tmp)

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, required=True, help="AdamW learning rate")
     parser.add_argument("--mini-batches", type=int, required=True, help="optimizer steps per update")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
-    parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 8)")
+    parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 16)")
     parser.add_argument("--eval-temperature", type=float, default=None,
                         help="evaluation temperature (0: greedy, one eval seed; default: the sampler's 1.0)")
     parser.add_argument("--out", required=True, help="the run's folder")

@@ -9,7 +9,8 @@ measurement behind ``TINY_WARM_STARTS`` (:mod:`agentjax.train.presets`): on 1,00
 
     python experiments/crbc/warmstart_curve.py --episodes 4000 --steps 3000 --out /tmp/ws_curve.jsonl
 
-One JSON line per probe: step, the mean loss of the last 100 steps, agreement ± SE, the oracle reply's mean
+One JSON line per probe (printed as it is made, written to ``--out`` at the end): step, the mean loss of the 100
+steps before it, agreement ± SE, the oracle reply's mean
 probability and the seconds so far.
 """
 
@@ -24,7 +25,6 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from agentjax.models import Qwen  # noqa: E402
@@ -32,37 +32,37 @@ from agentjax.models.tokenizer import load_tokenizer  # noqa: E402
 from agentjax.train.config import LossConfig  # noqa: E402
 from agentjax.train.presets import tiny  # noqa: E402
 from agentjax.train.probe import oracle_agreement  # noqa: E402
-from agentjax.train.warmstart import AGREEMENT_TASKS, _pack, _sft_step, demonstrations  # noqa: E402
+from agentjax.train.runconfig import WarmStart  # noqa: E402
+from agentjax.train.warmstart import AGREEMENT_TASKS, run_demonstrations, supervised  # noqa: E402
 
 
 def curve(episodes: int, steps: int, every: int, *, learning_rate: float = 2e-3, batch_size: int = 32,
-          seed: int = 0, env: str = "sokoban"):
-    """Yield one probe record every ``every`` steps (module docstring)."""
+          seed: int = 0, env: str = "sokoban") -> list[dict]:
+    """One probe record every ``every`` steps (module docstring), printed as it is made."""
     run = tiny("grpo", env)
+    run = run.replace(warm_start=WarmStart(episodes=episodes, steps=steps, batch_size=batch_size,
+                                           learning_rate=learning_rate, seed=seed))
     tokenizer = load_tokenizer(run.tokenizer)
     spec = run.spec
-    tasks = spec.tasks(spec.train_split)
-    order = np.random.default_rng(seed).permutation(len(tasks))[:episodes]
-    world = spec.env_class()(**run.env_kwargs)
-    rows = demonstrations(world, [tasks[i] for i in order], tokenizer, run.collect)
-    held_out = spec.tasks(spec.eval_split)[:AGREEMENT_TASKS]
+    world, held_out = spec.env_class()(**run.env_kwargs), spec.tasks(spec.eval_split)[:AGREEMENT_TASKS]
+    rows = run_demonstrations(run, tokenizer)
+    records, losses, t0 = [], [], time.perf_counter()
+
+    def probe(step: int, model: Qwen) -> None:
+        agreement = oracle_agreement(model, tokenizer, world, held_out, run.collect)
+        records.append(dict(step=step, turns=len(rows), agreement=agreement["agreement"],
+                            agreement_se=agreement["agreement_se"], oracle_prob=agreement["oracle_prob"],
+                            seconds=time.perf_counter() - t0))
+        print(json.dumps(records[-1]), flush=True)
+
     model = Qwen(run.train.model.arch, rngs=nnx.Rngs(seed))
-    graphdef, params = nnx.split(model, nnx.Param)
-    tx = optax.adamw(learning_rate, weight_decay=0.0)
-    opt_state = tx.init(params)
+    ro = run.train.rollout
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
-    ro, rng, losses, t0 = run.train.rollout, np.random.default_rng(seed), [], time.perf_counter()
-    for step in range(1, steps + 1):
-        batch = _pack([rows[i] for i in rng.integers(0, len(rows), batch_size)], ro.prompt_len, ro.response_len,
-                      run.collect.max_allowed)
-        params, opt_state, value = _sft_step(graphdef, params, opt_state, batch, tx=tx, loss=loss)
-        losses.append(float(value))
-        if step % every == 0 or step == steps:
-            nnx.update(model, params)
-            probe = oracle_agreement(model, tokenizer, world, held_out, run.collect)
-            yield dict(step=step, turns=len(rows), loss=float(np.mean(losses[-100:])), agreement=probe["agreement"],
-                       agreement_se=probe["agreement_se"], oracle_prob=probe["oracle_prob"],
-                       seconds=time.perf_counter() - t0)
+    losses = supervised(model, rows, run.warm_start, ro.prompt_len, ro.response_len, loss,
+                        max_allowed=run.collect.max_allowed, every=every, callback=probe)
+    for r in records:  # the mean loss of the 100 steps up to each probe
+        r["loss"] = float(np.mean(losses[max(0, r["step"] - 100):r["step"]]))
+    return records
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,12 +74,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32, help="turns a step")
     parser.add_argument("--out", help="JSON lines (default: print only)")
     args = parser.parse_args(argv)
-    out = open(args.out, "w") if args.out else None
-    for record in curve(args.episodes, args.steps, args.every, learning_rate=args.lr, batch_size=args.batch):
-        print(json.dumps(record), flush=True)
-        if out:
-            out.write(json.dumps(record) + "\n")
-            out.flush()
+    records = curve(args.episodes, args.steps, args.every, learning_rate=args.lr, batch_size=args.batch)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
 
 
 if __name__ == "__main__":
