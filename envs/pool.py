@@ -178,16 +178,20 @@ class _PoolBase:
             results[slot] = result
         return results
 
-    def oracle(self, slots: Sequence[int]) -> list[str]:
-        """The expert's next action in each of ``slots``."""
-        return self._query("oracle", slots)
+    def oracle(self, slots: Sequence[int], *, strict: bool = True) -> list[str | Exception]:
+        """The expert's next action in each of ``slots``. ``strict=False``: a slot whose env raised or whose worker
+        died gets the :class:`EnvError` / :class:`WorkerCrashError` in its place and the other slots their answer."""
+        return self._query("oracle", slots, strict=strict)
 
-    def snapshot(self, slots: Sequence[int]) -> list[Any]:
-        """A snapshot of each of ``slots`` (picklable; restore it into any slot of a pool of the same env)."""
-        return self._query("snapshot", slots)
+    def snapshot(self, slots: Sequence[int], *, strict: bool = True) -> list[Any]:
+        """A snapshot of each of ``slots`` (picklable; restore it into any slot of a pool of the same env).
+        ``strict=False``: per-slot errors in place of the snapshots, as :meth:`oracle`."""
+        return self._query("snapshot", slots, strict=strict)
 
-    def restore(self, slots: Sequence[int], snaps: Sequence[Any]) -> list[Obs]:
-        """Restores ``snaps[k]`` into ``slots[k]`` (any slot: idle, done or lost); returns their observations."""
+    def restore(self, slots: Sequence[int], snaps: Sequence[Any], *, strict: bool = True) -> list[Obs | Exception]:
+        """Restores ``snaps[k]`` into ``slots[k]`` (any slot: idle, done or lost); returns their observations.
+        ``strict=False``: a slot whose restore raised (or whose worker died twice) gets the error in its place and
+        stays idle; the other slots are restored."""
         self._check_open()
         if len(slots) != len(snaps):
             raise ValueError(f"{len(slots)} slots but {len(snaps)} snapshots")
@@ -195,6 +199,18 @@ class _PoolBase:
         for slot in todo:
             self._state[slot], self._last_obs[slot] = _IDLE, None
             self._lost.pop(slot, None)
+        if not strict:
+            outcomes = self._request_retrying("restore", todo, strict=False)
+            out: list[Obs | Exception] = []
+            for slot in slots:
+                outcome = outcomes[slot]
+                if outcome.kind == "ok":
+                    obs, done = outcome.value
+                    self._state[slot], self._last_obs[slot] = (_DONE if done else _RUNNING), obs
+                    out.append(obs)
+                else:
+                    out.append(self._error("restore", slot, outcome))
+            return out
         outcomes = self._request_retrying("restore", todo)
         self._raise_errors("restore", outcomes)
         for slot, outcome in outcomes.items():
@@ -215,14 +231,26 @@ class _PoolBase:
         self.close()
 
     # -- helpers -------------------------------------------------------------------------------------------------
-    def _query(self, cmd: str, slots: Sequence[int]) -> list[Any]:
+    @staticmethod
+    def _error(cmd: str, slot: int, outcome: _Outcome) -> Exception:
+        if outcome.kind == "crash":
+            return WorkerCrashError(f"{cmd}: the worker died under slot {slot}: {outcome.value}")
+        return EnvError(f"{cmd} raised in slot {slot}:\n{outcome.value}")
+
+    def _query(self, cmd: str, slots: Sequence[int], *, strict: bool = True) -> list[Any]:
         self._check_open()
         slots = self._check_slots(slots)
         for slot in slots:
-            if self._state[slot] == _LOST:
+            if self._state[slot] == _LOST and strict:
                 raise WorkerCrashError(f"slot {slot} lost its episode to a worker crash: {self._lost[slot]}")
             if self._state[slot] == _IDLE:
                 raise ValueError(f"slot {slot} is idle: no episode to {cmd}")
+        if not strict:
+            lost = {slot: WorkerCrashError(f"slot {slot} lost its episode to a worker crash: {self._lost[slot]}")
+                    for slot in slots if self._state[slot] == _LOST}
+            outcomes = self._request(cmd, {slot: None for slot in slots if slot not in lost})
+            return [lost[slot] if slot in lost else outcomes[slot].value if outcomes[slot].kind == "ok"
+                    else self._error(cmd, slot, outcomes[slot]) for slot in slots]
         outcomes = self._request(cmd, dict.fromkeys(slots))
         crashed = {slot: o.value for slot, o in outcomes.items() if o.kind == "crash"}
         if crashed:
@@ -231,15 +259,16 @@ class _PoolBase:
         self._raise_errors(cmd, outcomes)
         return [outcomes[slot].value for slot in slots]
 
-    def _request_retrying(self, cmd: str, todo: Mapping[int, Any]) -> dict[int, _Outcome]:
-        """``_request``, sending the slots of a worker that died once more to its replacement."""
+    def _request_retrying(self, cmd: str, todo: Mapping[int, Any], *, strict: bool = True) -> dict[int, _Outcome]:
+        """``_request``, sending the slots of a worker that died once more to its replacement (``strict=False``: a
+        second death is left in the outcomes instead of raising)."""
         outcomes = self._request(cmd, todo)
         retry = {slot: todo[slot] for slot, outcome in outcomes.items() if outcome.kind == "crash"}
         if retry:
             logger.warning("%s: retrying slots %s on the restarted workers", cmd, sorted(retry))
             outcomes.update(self._request(cmd, retry))
             crashed = {slot: o.value for slot, o in outcomes.items() if o.kind == "crash"}
-            if crashed:
+            if crashed and strict:
                 raise WorkerCrashError(f"{cmd}: workers died twice under slots {sorted(crashed)}: "
                                        f"{sorted(set(crashed.values()))}")
         return outcomes

@@ -42,7 +42,6 @@ from agentjax.credit.sero import (
     branch_weights,
     compatibility,
     improvement_gate,
-    oracle_loss,
     reachability_weights,
     sero_branch_credit,
 )
@@ -96,7 +95,6 @@ __all__ = [
     "improvement_gate",
     "leaf_coverage",
     "loo_advantage",
-    "oracle_loss",
     "reachability_weights",
     "rloo_advantages",
     "sero_branch_credit",

@@ -1,4 +1,4 @@
-"""SERO credit: compatibility, policy-reachability weights, the improvement gate and the oracle loss.
+"""SERO credit: compatibility, policy-reachability weights and the improvement gate.
 
 METHODS.md "SERO"; papers/SERO.txt §4.3–4.4, §B, §F. One *branch* is the oracle continuation executed from
 one restored root: ``J`` oracle steps (padded; ``step_mask_j``), each with the prompt the policy would have
@@ -7,8 +7,9 @@ pure; the ``batched_*`` wrappers vmap them over branches (shape letter ``Br``, `
 branch per root, at most one root per group) and are jitted. Real steps need not be a prefix: a step's depth
 is its rank among the branch's real steps, so padding anywhere never changes the values on real steps.
 
-Gates and weights are constants of the auxiliary loss: :func:`oracle_loss` wraps them in
-``jax.lax.stop_gradient``; oracle data never enters the base method's statistics (that is the trainer's job).
+Gates and weights are constants of the auxiliary loss (:mod:`agentjax.losses.sero`, which also holds the
+length-normalised log-likelihood :func:`mean_token_logp` used here under π_old); oracle data never enters the base
+method's statistics (that is the trainer's job, :mod:`agentjax.train.sero`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Literal, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, PRNGKeyArray, ScalarLike
+from jaxtyping import Array, Bool, Float, PRNGKeyArray
+
+from agentjax.losses.sero import batched_mean_token_logp, mean_token_logp
 
 Scheme = Literal["sero", "root_only", "full_flat", "depth_decay", "shuffled", "short_bridge"]
 SCHEMES: tuple[str, ...] = ("sero", "root_only", "full_flat", "depth_decay", "shuffled", "short_bridge")
@@ -31,30 +34,6 @@ class SeroCredit(NamedTuple):
     compat_j: Float[Array, "*Br J"]  # c_j = exp(mean command-token log π_old); 0 on padding
     weight_j: Float[Array, "*Br J"]  # supervision weight of step j under the scheme; 0 on padding
     gate: Float[Array, "*Br"]  # branch improvement gate g (0/1, or in [0, 1] when soft)
-
-
-def mean_token_logp(
-    logp_jl: Float[Array, "J L"], token_mask_jl: Bool[Array, "J L"], step_mask_j: Bool[Array, " J"]
-) -> Float[Array, " J"]:
-    """Length-normalised command log-likelihood of each oracle step (SERO §B.1).
-
-    ``ℓ_j = (1/n_j) Σ_l m_jl · log π(token_jl | prompt_j)``, ``n_j = Σ_l m_jl``. With ``π = π_old``
-    (the frozen behaviour policy) ``ℓ_j = log c_j``; with ``π = π_θ`` it is the per-step term of
-    :func:`oracle_loss`. A real step without command tokens gets ``ℓ_j = 0`` (``c_j = 1``: no evidence, no
-    down-weighting).
-
-    Args:
-      logp_jl: [J, L] token log-probs. token_mask_jl: [J, L] command tokens. step_mask_j: [J] real steps.
-    Returns:
-      [J] mean token log-prob, 0 on padding.
-    """
-    chex.assert_rank([logp_jl, token_mask_jl, step_mask_j], [2, 2, 1])
-    chex.assert_equal_shape([logp_jl, token_mask_jl])
-    chex.assert_equal_shape_prefix([logp_jl, step_mask_j], 1)
-    m_jl = token_mask_jl & step_mask_j[:, None]
-    n_j = m_jl.sum(-1).astype(logp_jl.dtype)
-    total_j = jnp.where(m_jl, logp_jl, 0.0).sum(-1)
-    return jnp.where(step_mask_j, total_j / jnp.maximum(n_j, 1.0), 0.0)
 
 
 def compatibility(
@@ -274,35 +253,6 @@ def batched_branch_weights(
     return jax.vmap(lambda lc, m, kk: fn(lc, m, key=kk))(log_compat_bj, step_mask_bj, keys)
 
 
-batched_mean_token_logp = jax.jit(jax.vmap(mean_token_logp))
-"""[Br, J, L] log-probs, [Br, J, L] command mask, [Br, J] step mask -> [Br, J] mean token log-prob."""
-
-
-def oracle_loss(
-    mean_logp_bj: Float[Array, "Br J"],
-    weight_bj: Float[Array, "Br J"],
-    gate_b: Float[Array, " Br"],
-    step_mask_bj: Bool[Array, "Br J"],
-    num_roots: ScalarLike,
-) -> Float[Array, ""]:
-    """SERO's auxiliary loss ``L_O = −(1/#roots) Σ_b sg(g_b) Σ_j sg(w_bj) · ℓ_bj`` (METHODS.md SERO 6; §4.4).
-
-    ``ℓ_bj`` is the mean command-token log π_θ of oracle step j (:func:`mean_token_logp` under π_θ). Gates and
-    weights are stop-gradient, so the gradient flows only through ``ℓ``:
-    ``∂L_O/∂ℓ_bj = −g_b w_bj / #roots``. Normalised by the number of roots *attempted* (invalid or
-    non-improving branches count in the denominator); the trainer adds ``λ_O · L_O`` (λ_O = 0.1) to the base
-    loss. Padded branches need gate 0.
-
-    Args:
-      mean_logp_bj: [Br, J] ℓ under the current policy. weight_bj: [Br, J]. gate_b: [Br].
-      step_mask_bj: [Br, J] real steps. num_roots: [] roots attempted (clamped to ≥ 1).
-    Returns:
-      [] loss.
-    """
-    chex.assert_rank([mean_logp_bj, weight_bj, gate_b, step_mask_bj], [2, 2, 1, 2])
-    chex.assert_equal_shape([mean_logp_bj, weight_bj, step_mask_bj])
-    w_bj = jax.lax.stop_gradient(weight_bj)
-    g_b = jax.lax.stop_gradient(gate_b)
-    per_branch_b = jnp.where(step_mask_bj, w_bj * mean_logp_bj, 0.0).sum(-1)
-    denom = jnp.maximum(jnp.asarray(num_roots, mean_logp_bj.dtype), 1.0)
-    return -jnp.sum(g_b * per_branch_b) / denom
+__all__ = ["SCHEMES", "Scheme", "SeroCredit", "batched_branch_weights", "batched_mean_token_logp", "batched_sero_credit",
+           "branch_weights", "compatibility", "improvement_gate", "mean_token_logp", "reachability_weights",
+           "sero_branch_credit"]

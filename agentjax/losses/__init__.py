@@ -3,6 +3,8 @@
 - :mod:`~agentjax.losses.policy` — per-token PPO-clip terms, the low-variance KL to a frozen reference, the
   clipped value loss, and the aggregation weights ("token-mean", "seq-mean-token-mean") that make a loss split
   into micro-batches sum to the loss of the whole batch.
+- :mod:`~agentjax.losses.sero` — SERO's oracle objective: the command-token log-likelihood of oracle steps and the
+  auxiliary loss ``L_O`` over branches or over rows.
 """
 
 from agentjax.losses.policy import (
@@ -17,6 +19,7 @@ from agentjax.losses.policy import (
     ppo_clip_terms,
     weighted_sum,
 )
+from agentjax.losses.sero import mean_token_logp, oracle_loss, oracle_row_loss, row_coefficients
 
 __all__ = [
     "AGGREGATIONS",
@@ -27,6 +30,10 @@ __all__ = [
     "check_aggregation",
     "clipped_value_loss",
     "low_var_kl",
+    "mean_token_logp",
+    "oracle_loss",
+    "oracle_row_loss",
     "ppo_clip_terms",
+    "row_coefficients",
     "weighted_sum",
 ]

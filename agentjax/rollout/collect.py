@@ -61,6 +61,9 @@ Per-row fields (METHODS.md notation; DESIGN.md "Core data"):
   same), ``rollout`` in ``[0, G)``, ``step`` in ``[0, T)``; ``node, parent, depth = NO_ID, NO_ID, 0``. Rows are
   ordered by (group, rollout, step) and padded to ``capacity`` (default: rounded up to ``row_bucket``).
 
+With ``snapshots`` every turn also keeps the env's snapshot of the state the policy read (``Turn.snapshot``), taken
+before its action; SERO restores its roots from them (:mod:`agentjax.rollout.oracle`).
+
 A worker crash or an env exception (``info["worker_crash"]`` / ``info["error"]``, envs/pool.py) ends that episode
 as truncated; the turn is not charged the invalid penalty (the env never judged it) and the stats count it.
 
@@ -164,6 +167,7 @@ class CollectConfig:
     row_bucket: int = 64  # the StepBatch capacity is rounded up to a multiple of this ...
     capacity: int | None = None  # ... unless a fixed capacity is given (then more rows are an error)
     max_trie_edges: int = 1024  # trie edge capacity for constrained decoding (rounded to a power of two)
+    snapshots: bool = False  # record each turn's env snapshot before its action (SERO's roots restore them)
 
     def __post_init__(self):
         positive = dict(group_size=self.group_size, max_steps=self.max_steps, max_prompt_tokens=self.max_prompt_tokens,
@@ -250,6 +254,7 @@ class Turn:
     crashed: bool  # the pool reported a worker crash or an env exception
     info: Mapping[str, Any]  # the env's info dict
     allowed_ids: tuple[tuple[int, ...], ...] | None = None  # per response token, the constrained decoder's choices
+    snapshot: Any = None  # the env's snapshot before the action (CollectConfig.snapshots), or the error taking it
 
     @property
     def done(self) -> bool:
@@ -315,6 +320,14 @@ def _lookup(table: Mapping[str, Any], env: str, what: str, arg: str) -> Any:
     return table[env]
 
 
+def turn_prompt(tokenizer: Any, template: PromptTemplate, obs: Obs, history: Sequence[tuple[str, str]], step: int,
+                config: CollectConfig, where: str) -> tuple[list[int], bool]:
+    """The prompt ids of one turn exactly as the collector builds them (template, the last ``history_length``
+    records, chat encoding, truncation) and whether it was cut; SERO rebuilds its oracle steps' prompts with it."""
+    messages = build_messages(template, obs, list(history), step, config.history_length)
+    return _encode(tokenizer, messages, config, where)
+
+
 def _encode(tokenizer: Any, messages: list[dict[str, str]], config: CollectConfig,
             where: str) -> tuple[list[int], bool]:
     ids = encode_prompt(tokenizer, messages)
@@ -348,7 +361,7 @@ def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig,
 
 def _make_turn(step: int, obs: Obs, prompt: list[int], prompt_truncated: bool, out: SampleOutput, row: int,
                projected: Projected, result: Any, config: CollectConfig,
-               replies: list[list[int]] | None = None) -> Turn:
+               replies: list[list[int]] | None = None, snapshot: Any = None) -> Turn:
     """The record of one row of a turn: validity, reward and episode flags (module docstring)."""
     info = dict(result.info)
     crashed = "worker_crash" in info or "error" in info  # envs/pool.py: the env never judged the action
@@ -374,6 +387,7 @@ def _make_turn(step: int, obs: Obs, prompt: list[int], prompt_truncated: bool, o
         projected=projected, next_obs=result.obs, env_reward=float(result.reward), reward=base - penalty,
         valid=valid, env_valid=env_valid, won=won, terminated=bool(result.done and not (env_truncated or crashed)),
         truncated=bool(env_truncated or crashed or capped), crashed=crashed, info=info, allowed_ids=allowed_ids,
+        snapshot=snapshot,
     )
 
 
@@ -440,9 +454,8 @@ def run_episodes(
         prompts, truncated = [], []
         for slot in live:
             g = slot // g_size
-            messages = build_messages(templates_[g], obs[slot], history[slot], step, config.history_length)
-            ids, cut = _encode(tokenizer, messages, config,
-                               f"slot {slot} (task {tasks[g].task_id!r}, step {step})")
+            ids, cut = turn_prompt(tokenizer, templates_[g], obs[slot], history[slot], step, config,
+                                   f"slot {slot} (task {tasks[g].task_id!r}, step {step})")
             prompts.append(ids)
             truncated.append(cut)
         pad = batch_padding(len(live), config.batch_bucket, pow2=config.pow2_batches)
@@ -471,6 +484,11 @@ def run_episodes(
         if out.texts is None:
             raise ValueError("collect: the policy returned no texts; give the Sampler a tokenizer")
 
+        snaps = [None] * len(live)
+        if config.snapshots:  # the state the policy just read, before its action (a failed snapshot: the error)
+            t0 = time.perf_counter()
+            snaps = pool.snapshot(live, strict=False)
+            env_s += time.perf_counter() - t0
         # 3. projection, 4. step
         projected = []
         actions: list[str | None] = [None] * pool.num_slots
@@ -486,7 +504,7 @@ def run_episodes(
         for i, slot in enumerate(live):
             replies = [token_cache[r] for r in rows[i]] if rows is not None else None
             turn = _make_turn(step, obs[slot], prompts[i], truncated[i], out, i, projected[i], results[slot], config,
-                              replies)
+                              replies, snaps[i])
             turns[slot].append(turn)
             history[slot].append((obs[slot].text, turn.projected.action))
             obs[slot] = turn.next_obs

@@ -275,6 +275,66 @@ class ModelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SeroConfig:
+    """SERO's auxiliary oracle branch on top of any credit method (METHODS.md "SERO"; papers/SERO.txt).
+
+    Each update picks at most one root per group with a failure (:mod:`agentjax.rollout.oracle`), runs the env's
+    oracle from it in isolated env slots, scores the oracle steps with the behaviour policy and adds
+    ``coef · L_O`` to the base loss (:mod:`agentjax.train.sero`). Oracle data never enters the base method's
+    rewards, advantages, statistics or importance ratios.
+
+    Attributes:
+      coef: λ_O (§5.3: 0.1; the sweep 0.05-1.0).
+      scheme: the weights of the oracle steps: ``"sero"`` (reachability), or the ablations ``"root_only"``,
+        ``"full_flat"``, ``"depth_decay"``, ``"shuffled"``, ``"short_bridge"`` (§5.3, §A.7, §F;
+        :func:`agentjax.credit.sero.branch_weights`).
+      gamma: depth-decay factor (not given in the paper). k: short-bridge length (§A.7: 1 and 3).
+      match_mass: rescale every scheme to SERO's supervision mass per branch (the fixed-bank control, §F.2).
+      roots: ``"uniform"`` (the paper: a failed rollout, then a pre-action turn, both uniformly) or
+        ``"prioritised"`` (§G's suggested extension; our choice of priority: the failed rollout uniformly, then a
+        turn with probability ∝ (1 − π_old(its action))^priority_power + 1e-3, the turns where the behaviour
+        policy was least sure of what it did).
+      soft_gate: the graded gate ``clip(Δ / gate_scale, 0, 1)`` instead of ``1[Δ > 0]`` (§4.4 with graded
+        returns, e.g. WebShop's score). gate_scale: the reward normalisation scale (binary success: 1).
+      gate_on: the returns the gate compares: ``"success"`` (binary task success, the paper's ALFWorld and WebShop
+        strict-success gate) or ``"reward"`` (the env's own reward summed from the root on).
+      max_oracle_steps: a cap on oracle steps per branch (None: the remaining budget H − t, §4.2).
+      micro_batch_size: oracle rows per micro-batch of the auxiliary loss (None: the update's).
+      capacity: oracle rows per update (None: num_groups · max_steps rounded up to whole micro-batches).
+      bank: a fixed oracle bank (``.npz`` written by :func:`agentjax.train.sero.save_bank`) replayed instead of
+        fresh branches (§A.1, §F.2); ``bank_branches`` drawn from it per update (None: num_groups).
+    """
+
+    coef: float = 0.1
+    scheme: Literal["sero", "root_only", "full_flat", "depth_decay", "shuffled", "short_bridge"] = "sero"
+    gamma: float = 0.9
+    k: int = 1
+    match_mass: bool = False
+    roots: Literal["uniform", "prioritised"] = "uniform"
+    priority_power: float = 1.0
+    soft_gate: bool = False
+    gate_scale: float = 1.0
+    gate_on: Literal["success", "reward"] = "success"
+    max_oracle_steps: int | None = None
+    micro_batch_size: int | None = None
+    capacity: int | None = None
+    bank: str | None = None
+    bank_branches: int | None = None
+
+    def __post_init__(self):
+        from agentjax.credit.sero import SCHEMES
+
+        _positive(self, "coef", "k", "gate_scale", "priority_power")
+        _unit(self, "gamma")
+        _one_of(self, "scheme", SCHEMES)
+        _one_of(self, "roots", ("uniform", "prioritised"))
+        _one_of(self, "gate_on", ("success", "reward"))
+        for name in ("max_oracle_steps", "micro_batch_size", "capacity", "bank_branches"):
+            if getattr(self, name) is not None:
+                _positive(self, name)
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Everything one update needs; the trainer loop adds its schedule on top.
 
@@ -287,6 +347,7 @@ class TrainConfig:
       max_nonfinite_updates: a run stops (``NonFiniteUpdateError``) once more optimizer steps than this have been
         skipped for a NaN/Inf loss or gradient.
       seed: PRNG seed of the run (initial state, sampling keys).
+      sero: SERO's auxiliary oracle branch (:class:`SeroConfig`; None: off).
       compact_rows: before each update, cut the batch's prompt padding and decode the real rows' shared prompt
         prefix once (:func:`agentjax.train.update.compact_rows`; the same numbers up to float rounding, a compiled
         update per prompt width and prefix length). None: on a CPU backend with an unsharded model only.
@@ -303,6 +364,7 @@ class TrainConfig:
     max_nonfinite_updates: int = 3
     seed: int = 0
     compact_rows: bool | None = None
+    sero: SeroConfig | None = None
 
     def __post_init__(self):
         _positive(self, "micro_batch_size", "mini_batches", "epochs")
@@ -317,6 +379,26 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: the batch of {self.rollout.rows} rows does not split into "
                              f"{self.mini_batches} mini-batches of whole micro-batches of {self.micro_batch_size} "
                              "rows; choose mini_batches and micro_batch_size whose product divides it")
+        if self.sero is not None and self.oracle_rows % self.oracle_micro_batch_size:
+            raise ValueError(f"TrainConfig: the oracle batch of {self.oracle_rows} rows (sero.capacity) does not split "
+                             f"into micro-batches of {self.oracle_micro_batch_size} (sero.micro_batch_size); choose "
+                             "sizes where one divides the other")
+
+    @property
+    def oracle_rows(self) -> int:
+        """Rows of SERO's oracle batch (``sero.capacity`` or one per step of every group's full budget)."""
+        if self.sero is None:
+            return 0
+        if self.sero.capacity:
+            return self.sero.capacity
+        rows, micro = self.rollout.num_groups * self.rollout.max_steps, self.oracle_micro_batch_size
+        return -(-rows // micro) * micro  # every step of every group's full budget, in whole micro-batches
+
+    @property
+    def oracle_micro_batch_size(self) -> int:
+        if self.sero is None or self.sero.micro_batch_size is None:
+            return self.micro_batch_size
+        return self.sero.micro_batch_size
 
     @property
     def is_ppo(self) -> bool:

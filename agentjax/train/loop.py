@@ -50,7 +50,8 @@ from flax import nnx
 from agentjax.models import Qwen, Sampler, load_hf, load_tokenizer
 from agentjax.parallel import create_sharded, fsdp_tp, make_mesh, param_shardings
 from agentjax.parallel.rules import activation_sharding
-from agentjax.rollout.collect import collect
+from agentjax.rollout.collect import collect, run_episodes, to_step_batch
+from agentjax.rollout.stats import summarize
 from agentjax.train.advantages import compute_advantages
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.config import OptimizerConfig
@@ -58,6 +59,7 @@ from agentjax.train.eval import eval_key, evaluate
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
 from agentjax.train.runconfig import RunConfig, run_from_dict
 from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, sync_model
+from agentjax.train.sero import SeroBranch, save_bank
 from agentjax.train.update import NonFiniteUpdateError, check_nonfinite, make_update, make_value_fn
 from agentjax.train.warmstart import warm_start_folder
 from envs.pool import EnvPool, SerialPool
@@ -154,6 +156,7 @@ class Trainer:
     eval_tasks: list
     checkpoints: Checkpointer
     resumed_from: int | None
+    sero: SeroBranch | None = None  # SERO's oracle branch (TrainConfig.sero)
 
 
 def _existing_steps(directory: str) -> list[str]:
@@ -204,11 +207,15 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
         if restored is not None:
             state, resumed_from = restored.state, restored.step
             log.info("resumed from %s (update %d)", restored.path, restored.step)
+    pool = make_pool(run)
+    sero = None
+    if run.train.sero is not None:
+        sero = SeroBranch(run.train, run.train_collect, model, tokenizer, pool, run.branch_slots)
     return Trainer(run=run, tokenizer=tokenizer, model=model, sampler=Sampler(model, tokenizer), state=state,
                    update=make_update(run.train, model, tx),
                    value_fn=make_value_fn(run.train, model) if run.train.is_ppo else None,
-                   pool=make_pool(run), train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,
-                   resumed_from=resumed_from)
+                   pool=pool, train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,
+                   resumed_from=resumed_from, sero=sero)
 
 
 def _eval_scalars(evaluation: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,15 +266,21 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
                 t.sampler.update_weights(t.model)
                 idx = task_stream(len(t.train_tasks), cfg.seed, int(t.state.data_position), ro.num_groups)
                 state, key = next_key(t.state)
-                batch, stats = collect(t.pool, [t.train_tasks[i] for i in idx], t.sampler, run.collect, key,
-                                       task_indices=idx)
+                rollouts = run_episodes(t.pool, [t.train_tasks[i] for i in idx], t.sampler, run.train_collect, key,
+                                        task_indices=idx)
+                batch, stats = to_step_batch(rollouts, run.train_collect), summarize(rollouts)
                 state = state.replace(data_position=state.data_position + 1)
                 with timer("credit"):
                     values = t.value_fn(state, batch) if t.value_fn is not None else None
                     adv = jax.block_until_ready(compute_advantages(cfg.credit, batch, ro, values=values))
+                oracle, sero_metrics = {}, {}
+                if t.sero is not None:  # after the base advantages, with the behaviour parameters (before the update)
+                    with timer("sero"):
+                        rows, sero_metrics, *_ = t.sero.branch(state.params, rollouts, key)
+                    oracle = {"oracle": rows}
                 state, key = next_key(state)
                 with timer("update"):
-                    state, metrics = t.update(state, batch, adv, key)
+                    state, metrics = t.update(state, batch, adv, key, **oracle)
                     metrics = jax.block_until_ready(metrics)
                 t.state = state
                 step = int(state.step)
@@ -282,7 +295,7 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
                     last_eval = evaluation
                 timing = {"env": stats.env_seconds, "generate": stats.generate_seconds, "prompt": stats.prompt_seconds}
                 record = update_metrics(train=metrics, rollout=_rollout_scalars(stats), credit=adv.stats,
-                                        eval=_eval_scalars(evaluation))
+                                        eval=_eval_scalars(evaluation), sero=sero_metrics)
                 try:  # log a skipped update before stopping the run for it
                     check_nonfinite(state, metrics, cfg)
                     stop = None
@@ -307,6 +320,48 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
     return {"out_dir": run.out_dir, "step": int(t.state.step), "resumed_from": t.resumed_from, "last": last,
             "last_eval": last_eval, "seconds_per_update": float(np.mean(seconds)) if seconds else None,
             "params": t.state.params}
+
+
+# -- SERO's fixed oracle bank --------------------------------------------------------------------------------------
+def build_bank(run: RunConfig, folder: str, *, batches: int = 1, checkpoint: str | None = None,
+               step: int | None = None) -> list[str]:
+    """A fixed oracle bank (SERO §A.1, §F.2): ``batches`` primary batches collected by one frozen policy — ``run``'s
+    initial policy (its warm start) or the checkpoint ``step`` (default: the newest) of the run in ``checkpoint`` —
+    and their oracle branches, written to ``folder/<i>.npz`` (:func:`agentjax.train.sero.save_bank`; replay them
+    with ``SeroConfig.bank``). The batches are the run's own task stream from its first position, with keys from
+    ``train.seed``; nothing is trained. Returns the files."""
+    if run.train.sero is None:
+        raise ValueError("build_bank: the run has no SERO config (TrainConfig.sero)")
+    run = run.replace(train=run.train.replace(sero=dataclasses.replace(run.train.sero, bank=None)), eval_every=0,
+                      out_dir=os.path.join(folder, "run"))
+    t = setup(run)
+    files = []
+    try:
+        if checkpoint is not None:
+            out_dir, found = find_run(checkpoint)
+            with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as ckpt:
+                want = step if step is not None else found
+                restored = ckpt.restore(want, t.state) if want is not None else ckpt.restore_latest(t.state)
+            t.state = restored.state
+        sync_model(t.model, t.state, copy=False)
+        t.sampler.update_weights(t.model)
+        state = t.state
+        os.makedirs(folder, exist_ok=True)
+        for i in range(batches):
+            idx = task_stream(len(t.train_tasks), run.train.seed, i, run.train.rollout.num_groups)
+            state, key = next_key(state)
+            rollouts = run_episodes(t.pool, [t.train_tasks[j] for j in idx], t.sampler, run.train_collect, key,
+                                    task_indices=idx)
+            _, metrics, oracle, log_c = t.sero.branch(state.params, rollouts, key)
+            path = os.path.join(folder, f"{i}.npz")
+            save_bank(path, oracle, log_c)
+            files.append(path)
+            log.info("bank batch %d: %d roots, %d gated in, %d oracle steps -> %s", i, metrics["roots_attempted"],
+                     metrics["roots_gated"], metrics["oracle_steps"], path)
+    finally:
+        t.checkpoints.close()
+        t.pool.close()
+    return files
 
 
 # -- evaluating a saved run ----------------------------------------------------------------------------------------
@@ -369,5 +424,5 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     return result
 
 
-__all__ = ["Trainer", "build_model", "evaluate_checkpoint", "find_run", "make_pool", "setup",
+__all__ = ["Trainer", "build_bank", "build_model", "evaluate_checkpoint", "find_run", "make_pool", "setup",
            "task_stream", "train"]

@@ -235,9 +235,21 @@ class RunConfig:
         return self.eval_tasks * self.eval_seeds if self.eval_every else 0
 
     @property
+    def branch_slots(self) -> range:
+        """SERO's isolated env slots (one per group, after the primary rollouts' slots; empty without SERO)."""
+        ro = self.train.rollout
+        start = ro.num_groups * ro.group_size
+        return range(start, start + (ro.num_groups if self.train.sero is not None else 0))
+
+    @property
     def slots(self) -> int:
-        """Env slots of the pool: a training batch or an evaluation, whichever is larger."""
-        return max(self.train.rollout.num_groups * self.train.rollout.group_size, self.eval_slots)
+        """Env slots of the pool: a training batch (and SERO's branch slots) or an evaluation, whichever is larger."""
+        return max(self.branch_slots.stop, self.eval_slots)
+
+    @property
+    def train_collect(self) -> CollectConfig:
+        """The collector config of the training batches: ``collect``, with the per-turn snapshots SERO restores."""
+        return self.collect.replace(snapshots=True) if self.train.sero is not None else self.collect
 
     @property
     def eval_collect(self) -> CollectConfig:

@@ -71,6 +71,7 @@ from agentjax.losses.policy import (
     ppo_clip_terms,
     weighted_sum,
 )
+from agentjax.losses.sero import oracle_row_loss
 from agentjax.models.logprobs import chunked_logprobs
 from agentjax.rollout.batch import StepBatch
 from agentjax.train.advantages import Advantages
@@ -99,6 +100,8 @@ class UpdateSpec:
     mini_batches: int = 1
     epochs: int = 1
     compact_rows: bool = False  # compact_rows before the jitted update (TrainConfig.compact_rows, resolved)
+    sero_coef: float = 0.0  # λ_O of SERO's oracle loss (0: no SERO)
+    oracle_micro_batch_size: int = 1  # oracle rows per micro-batch
 
     @classmethod
     def of(cls, config: TrainConfig, model: nnx.Module | None = None) -> UpdateSpec:
@@ -107,7 +110,9 @@ class UpdateSpec:
             compact = jax.default_backend() == "cpu" and getattr(model, "act_sharding", None) is None
         return cls(loss=config.loss, optimizer=config.optimizer, micro_batch_size=config.micro_batch_size,
                    ppo=config.credit if config.is_ppo else None, mini_batches=config.mini_batches,
-                   epochs=config.epochs, compact_rows=bool(compact))
+                   epochs=config.epochs, compact_rows=bool(compact),
+                   sero_coef=config.sero.coef if config.sero is not None else 0.0,
+                   oracle_micro_batch_size=config.oracle_micro_batch_size)
 
     @property
     def steps(self) -> int:
@@ -324,6 +329,45 @@ def _micro_objective(
     return loss, metrics
 
 
+@flax.struct.dataclass(frozen=True)
+class OracleRows:
+    """SERO's oracle steps as the update trains them (:mod:`agentjax.train.sero`): rows and their coefficients."""
+
+    steps: StepBatch  # [N] oracle step rows; response_mask: the command tokens
+    coef: Float[Array, " N"]  # g_b · w_bj / #roots of each row (0 on padding): L_O = −Σ_n coef_n · ℓ_n
+
+
+def _oracle_objective(trainable: dict, rows: OracleRows, prefix_p=None, *, graphdef: nnx.GraphDef,
+                      spec: UpdateSpec) -> tuple[Float[Array, ""], Metrics]:
+    """The oracle micro-batch's share of ``λ_O · L_O`` (:func:`agentjax.losses.sero.oracle_row_loss`) and its
+    metric sums: ``oracle_loss`` (L_O) and the coefficient-weighted command-token NLL numerator."""
+    logp, _, _ = forward_rows(graphdef, trainable["policy"], rows.steps, loss=spec.loss, with_entropy=False,
+                              prefix_p=prefix_p)
+    loss_o = oracle_row_loss(logp, trained_mask(rows.steps), rows.coef)
+    return spec.sero_coef * loss_o, {"oracle_loss": loss_o}
+
+
+def _oracle_grads(spec: UpdateSpec, graphdef, trainable, rows: OracleRows, prefix_p=None):
+    """Scan over oracle micro-batches (padding-only ones skipped): (summed float32 gradients, summed metrics)."""
+    objective = functools.partial(_oracle_objective, graphdef=graphdef, spec=spec)
+    size = spec.oracle_micro_batch_size
+    cut = lambda i: jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, i * size, size), rows)  # noqa: E731
+
+    def compute(mb):
+        (_, metrics), grads = jax.value_and_grad(objective, has_aux=True)(trainable, mb, prefix_p)
+        return jax.tree.map(lambda g: g.astype(jnp.float32), grads), metrics
+
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(compute, cut(0)))
+
+    def body(total, i):
+        mb = cut(i)
+        part = jax.lax.cond(mb.steps.row_mask.any() & (mb.coef != 0).any(), compute, lambda _: zeros, mb)
+        return jax.tree.map(jnp.add, total, part), None
+
+    (grads, metrics), _ = jax.lax.scan(body, zeros, jnp.arange(rows.steps.capacity // size))
+    return grads, metrics
+
+
 def _combine(total: Metrics, part: Metrics) -> Metrics:
     return {k: jnp.maximum(total[k], part[k]) if k.endswith("_max") else total[k] + part[k] for k in total}
 
@@ -389,12 +433,19 @@ def make_update(config: TrainConfig, model: nnx.Module, tx: optax.GradientTransf
 def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTransformation) -> Update:
     schedule = make_schedule(spec.optimizer)
 
-    def optimizer_step(carry, rows: WeightedRows, ref_params, prefix_p):
+    def optimizer_step(carry, rows: WeightedRows, ref_params, prefix_p, oracle=None, oracle_prefix_p=None):
         trainable, opt_state, nonfinite = carry
         grads, metrics = _accumulate(spec, graphdef, trainable, ref_params, rows, with_grad=True, prefix_p=prefix_p)
+        finite = jnp.isfinite(metrics["loss"])
+        if oracle is not None:  # + λ_O · L_O over every oracle row, at every optimizer step of the update
+            oracle_grads, oracle_metrics = _oracle_grads(spec, graphdef, trainable, oracle, oracle_prefix_p)
+            grads = jax.tree.map(jnp.add, grads, oracle_grads)
+            finite = finite & jnp.isfinite(oracle_metrics["oracle_loss"])
+            metrics = metrics | oracle_metrics | {
+                "total_loss": metrics["loss"] + spec.sero_coef * oracle_metrics["oracle_loss"]}
         grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, trainable)
         grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+        finite = finite & jnp.isfinite(grad_norm)
 
         def apply(operand):
             params, opt_state = operand
@@ -406,17 +457,24 @@ def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
         return (trainable, opt_state, nonfinite + skipped), metrics | {"grad_norm": grad_norm,
                                                                        "skipped": skipped.astype(jnp.float32)}
 
-    def update(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None, prefix_p=None):
+    def update(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None, prefix_p=None,
+               oracle: OracleRows | None = None, oracle_prefix_p=None):
         chex.assert_equal_shape([adv.advantage, batch.reward])
+        if oracle is not None and not spec.sero_coef:
+            raise ValueError("update: oracle rows were given but the config has no SERO (TrainConfig.sero)")
+        if oracle is not None and oracle.steps.capacity % spec.oracle_micro_batch_size:
+            raise ValueError(f"update: {oracle.steps.capacity} oracle rows do not split into micro-batches of "
+                             f"{spec.oracle_micro_batch_size}; set sero.capacity / sero.micro_batch_size to fit")
         carry = (state.trainable, state.opt_state, state.nonfinite)
         if spec.steps == 1:  # one step over the whole batch
-            carry, metrics = optimizer_step(carry, _order(spec, batch, adv, key), state.ref_params, prefix_p)
+            carry, metrics = optimizer_step(carry, _order(spec, batch, adv, key), state.ref_params, prefix_p, oracle,
+                                            oracle_prefix_p)
         else:  # epochs × mini-batches, each mini-batch weighted over its own rows (verl's ppo_mini_batch_size)
             _check_batch(spec, batch)
 
             def mini(carry, idx):
                 rows = _weighted(spec, jax.tree.map(lambda x: x[idx], batch), _pick_rows(adv, idx))
-                return optimizer_step(carry, rows, state.ref_params, prefix_p)
+                return optimizer_step(carry, rows, state.ref_params, prefix_p, oracle, oracle_prefix_p)
 
             def epoch(carry, epoch_key):
                 return jax.lax.scan(mini, carry, _mini_batch_rows(spec, batch.row_mask, epoch_key))
@@ -442,9 +500,14 @@ def _build_update(spec: UpdateSpec, graphdef: nnx.GraphDef, tx: optax.GradientTr
     if not spec.compact_rows:
         return jitted
 
-    def compacted(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None):
+    def compacted(state: TrainState, batch: StepBatch, adv: Advantages, key: PRNGKeyArray | None,
+                  oracle: OracleRows | None = None):
         batch, prefix_p = compact_rows(batch, COMPACT_BUCKET)
-        return jitted(state, batch, adv, key, prefix_p)
+        oracle_prefix_p = None
+        if oracle is not None:
+            steps, oracle_prefix_p = compact_rows(oracle.steps, COMPACT_BUCKET)
+            oracle = oracle.replace(steps=steps)
+        return jitted(state, batch, adv, key, prefix_p, oracle, oracle_prefix_p)
 
     compacted._cache_size = jitted._cache_size  # the compiled shapes, as on a jitted function
     compacted.jitted = jitted

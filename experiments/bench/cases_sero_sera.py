@@ -17,6 +17,7 @@ from harness import Case
 from agentjax.credit import sera, sero
 from agentjax.credit.reference import sera as sera_ref
 from agentjax.credit.reference import sero as sero_ref
+from agentjax.losses import sero as sero_loss
 
 NUM_BRANCHES, NUM_ORACLE_STEPS, NUM_COMMAND_TOKENS = 16, 50, 16
 NUM_ROOT_TASKS, NUM_TREES, NUM_NODES, NUM_CRITERIA, MAX_DEPTH = 8, 8, 32, 4, 3
@@ -80,7 +81,7 @@ def _sero_reference(x: dict[str, np.ndarray], scheme: str, match_mass: bool) -> 
 def _sero_loss(logp_old, token_mask, step_mask, valid, oracle, suffix, logp_new):
     credit = sero.batched_sero_credit(logp_old, token_mask, step_mask, valid, oracle, suffix)
     mean_logp = sero.batched_mean_token_logp(logp_new, token_mask, step_mask)
-    return sero.oracle_loss(mean_logp, credit.weight_j, credit.gate, step_mask, NUM_BRANCHES)
+    return sero_loss.oracle_loss(mean_logp, credit.weight_j, credit.gate, step_mask, NUM_BRANCHES)
 
 
 def _sero_loss_reference(x: dict[str, np.ndarray], logp_new: np.ndarray) -> float:

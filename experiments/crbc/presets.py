@@ -21,7 +21,7 @@ from agentjax.train.runconfig import RunConfig, WarmStart
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-METHODS = ("grpo", "rloo", "gigpo", "hgpo", "graphgpo", "crbc")  # the comparison ("ppo" may be added)
+METHODS = ("grpo", "rloo", "gigpo", "hgpo", "graphgpo", "crbc", "ppo")  # the comparison
 SEEDS = (0, 1, 2)
 
 DEPTHS = (0, 1, 2, 3, None)  # None: the full closure, K = ∞

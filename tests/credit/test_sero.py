@@ -12,6 +12,7 @@ import pytest
 
 from agentjax.credit import sero
 from agentjax.credit.reference import sero as ref
+from agentjax.losses import sero as sero_loss
 
 DETERMINISTIC = ("sero", "root_only", "full_flat", "depth_decay", "short_bridge")
 
@@ -94,7 +95,7 @@ def test_hand_case_loss():
     weight = jnp.array([[1.0, 0.5, 0.2, 0.7], [1.0, 1.0, 0.0, 0.0]])
     gate = jnp.array([1.0, 0.0])
     mask = jnp.array([[True, True, True, False], [True, True, False, False]])
-    loss = sero.oracle_loss(mean_logp, weight, gate, mask, 4)
+    loss = sero_loss.oracle_loss(mean_logp, weight, gate, mask, 4)
     np.testing.assert_allclose(loss, -(-1.0 - 1.0 - 0.6) / 4, rtol=1e-6)  # = 0.65
 
 
@@ -121,7 +122,7 @@ def test_matches_reference(seed):
         np.testing.assert_allclose(mean_logp[b], ref.mean_token_logp(logp[b], token_mask[b], step_mask[b]),
                                    rtol=1e-5, atol=1e-6)
     out = credit(arrays)
-    loss = sero.oracle_loss(jnp.asarray(mean_logp), out.weight_j, out.gate, jnp.asarray(step_mask), 7)
+    loss = sero_loss.oracle_loss(jnp.asarray(mean_logp), out.weight_j, out.gate, jnp.asarray(step_mask), 7)
     want = ref.oracle_loss(mean_logp, np.asarray(out.weight_j), np.asarray(out.gate), step_mask, 7)
     np.testing.assert_allclose(loss, want, rtol=1e-5)
 
@@ -220,9 +221,9 @@ def test_padding_never_changes_results():
     # extra padded branches (gate 0) leave the loss unchanged
     mean_logp = jnp.asarray(np.where(step_mask, -1.0, 0.0), jnp.float32)
     out = credit(arrays)
-    loss = sero.oracle_loss(mean_logp, out.weight_j, out.gate, jnp.asarray(step_mask), 5)
+    loss = sero_loss.oracle_loss(mean_logp, out.weight_j, out.gate, jnp.asarray(step_mask), 5)
     pad_b = lambda x: jnp.concatenate([x, jnp.zeros((2,) + x.shape[1:], x.dtype)])
-    loss_p = sero.oracle_loss(pad_b(mean_logp), pad_b(out.weight_j), pad_b(out.gate),
+    loss_p = sero_loss.oracle_loss(pad_b(mean_logp), pad_b(out.weight_j), pad_b(out.gate),
                               pad_b(jnp.asarray(step_mask)), 5)
     np.testing.assert_allclose(loss_p, loss, rtol=1e-6)
 
@@ -257,7 +258,7 @@ def test_compiles_once():
     def step(*arrays):
         out = sero.batched_sero_credit(*arrays)
         mean_logp = sero.batched_mean_token_logp(arrays[0], arrays[1], arrays[2])
-        return sero.oracle_loss(mean_logp, out.weight_j, out.gate, arrays[2], 3)
+        return sero_loss.oracle_loss(mean_logp, out.weight_j, out.gate, arrays[2], 3)
 
     for seed in (10, 11, 12):
         chex.assert_tree_all_finite(step(*(jnp.asarray(a) for a in random_branches(seed))))
@@ -274,7 +275,7 @@ def test_gradients_only_through_policy_logp():
     out = credit(arrays)
 
     def loss(mean_logp, weight, gate):
-        return sero.oracle_loss(mean_logp, weight, gate, step_mask, 4)
+        return sero_loss.oracle_loss(mean_logp, weight, gate, step_mask, 4)
 
     g_logp, g_w, g_g = jax.grad(loss, argnums=(0, 1, 2))(mean_logp, out.weight_j, out.gate)
     np.testing.assert_array_equal(g_w, 0.0)
@@ -284,6 +285,6 @@ def test_gradients_only_through_policy_logp():
 
     def through_compat(logp_old):  # weights built from π_old inside the loss: still no gradient
         w = sero.batched_sero_credit(logp_old, token_mask, step_mask, valid, oracle, suffix)
-        return sero.oracle_loss(mean_logp, w.weight_j, w.gate, step_mask, 4)
+        return sero_loss.oracle_loss(mean_logp, w.weight_j, w.gate, step_mask, 4)
 
     np.testing.assert_array_equal(jax.grad(through_compat)(logp_old), 0.0)
