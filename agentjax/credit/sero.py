@@ -253,6 +253,6 @@ def batched_branch_weights(
     return jax.vmap(lambda lc, m, kk: fn(lc, m, key=kk))(log_compat_bj, step_mask_bj, keys)
 
 
-__all__ = ["SCHEMES", "Scheme", "SeroCredit", "batched_branch_weights", "batched_mean_token_logp", "batched_sero_credit",
-           "branch_weights", "compatibility", "improvement_gate", "mean_token_logp", "reachability_weights",
+__all__ = ["SCHEMES", "Scheme", "SeroCredit", "batched_branch_weights", "batched_mean_token_logp",
+           "batched_sero_credit", "branch_weights", "compatibility", "improvement_gate", "mean_token_logp", "reachability_weights",
            "sero_branch_credit"]

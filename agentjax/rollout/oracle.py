@@ -304,7 +304,8 @@ def run_branches(
             obs[i] = res.obs
             info = res.info
             if "worker_crash" in info or "error" in info:
-                state[i] |= dict(valid=False, ended="crash", detail=str(info.get("worker_crash") or info["error"])[-300:])
+                why = info.get("worker_crash") or info["error"]
+                state[i] |= dict(valid=False, ended="crash", detail=str(why)[-300:])
                 continue
             won = bool(res.done and info.get("won", False))
             state[i]["ret"] += float(won) if gate_on == "success" else float(res.reward)

@@ -50,7 +50,7 @@ from flax import nnx
 from agentjax.models import Qwen, Sampler, load_hf, load_tokenizer
 from agentjax.parallel import create_sharded, fsdp_tp, make_mesh, param_shardings
 from agentjax.parallel.rules import activation_sharding
-from agentjax.rollout.collect import collect, run_episodes, to_step_batch
+from agentjax.rollout.collect import run_episodes, to_step_batch
 from agentjax.rollout.stats import summarize
 from agentjax.train.advantages import compute_advantages
 from agentjax.train.checkpoint import Checkpointer
@@ -58,8 +58,8 @@ from agentjax.train.config import OptimizerConfig
 from agentjax.train.eval import eval_key, evaluate
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
 from agentjax.train.runconfig import RunConfig, run_from_dict
-from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, sync_model
 from agentjax.train.sero import SeroBranch, save_bank
+from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, sync_model
 from agentjax.train.update import NonFiniteUpdateError, check_nonfinite, make_update, make_value_fn
 from agentjax.train.warmstart import warm_start_folder
 from envs.pool import EnvPool, SerialPool
