@@ -254,5 +254,5 @@ def batched_branch_weights(
 
 
 __all__ = ["SCHEMES", "Scheme", "SeroCredit", "batched_branch_weights", "batched_mean_token_logp",
-           "batched_sero_credit", "branch_weights", "compatibility", "improvement_gate", "mean_token_logp", "reachability_weights",
-           "sero_branch_credit"]
+           "batched_sero_credit", "branch_weights", "compatibility", "improvement_gate", "mean_token_logp",
+           "reachability_weights", "sero_branch_credit"]
