@@ -6,7 +6,7 @@ constrained choices, as the ``tiny`` preset) → ``compute_advantages`` → ``ma
 AdamW at the test's own learning rate 1e-3, 4 mini-batches per update) → evaluation on the held-out split (16 tasks
 × 4 seeds, sampled at temperature 1). What is plugged in, for the duration of a run only: the test envs
 (:mod:`tests.train.learn_envs`) in ``runconfig.ENVS``, their prompt template and projection as the loop's
-``collect`` / ``run_episodes`` arguments (``template=``, ``projector=``), and a word-level tokenizer of 39 tokens
+``run_episodes`` arguments (``template=``, ``projector=``), and a word-level tokenizer of 39 tokens
 (:mod:`tests.train.word_tokenizer`; ``load_tokenizer`` only takes Qwen's, whose 151,936-row vocabulary makes every
 decode step cost ~0.1 s on this CPU) loaded from the run's tokenizer folder.
 
@@ -67,13 +67,13 @@ def tokenizer_dir(tmp_path_factory) -> str:
 @contextlib.contextmanager
 def registered(env: str):
     """``env`` known to the trainer: its spec in ``runconfig.ENVS`` (a read-only mapping, so replaced whole); its
-    prompt template and projection passed to every ``collect`` / ``run_episodes`` call of the loop and its
+    prompt template and projection passed to every ``run_episodes`` call of the loop and its
     evaluation (their ``template=`` / ``projector=`` arguments, for envs outside the built-in tables); and the
     run's tokenizer folder loaded as it is (``load_tokenizer`` accepts Qwen tokenizers only)."""
     plug = dict(template=TEMPLATES[env], projector=project_action)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runconfig, "ENVS", types.MappingProxyType(dict(runconfig.ENVS) | SPECS))
-        mp.setattr(loop, "collect", functools.partial(loop.collect, **plug))
+        mp.setattr(loop, "run_episodes", functools.partial(loop.run_episodes, **plug))
         mp.setattr(eval_module, "run_episodes", functools.partial(eval_module.run_episodes, **plug))
         mp.setattr(loop, "load_tokenizer", load_word_tokenizer)
         yield mp
@@ -197,13 +197,13 @@ def advantages_one_row_off(mp: pytest.MonkeyPatch) -> None:
 
 def behaviour_logp_one_token_off(mp: pytest.MonkeyPatch) -> None:
     """The collector's behaviour log-probs one response position off their tokens."""
-    real = loop.collect
+    real = loop.to_step_batch
 
-    def collect(*args, **kwargs):
-        batch, stats = real(*args, **kwargs)
-        return batch.replace(behaviour_logp=jnp.roll(batch.behaviour_logp, -1, axis=1)), stats
+    def to_step_batch(*args, **kwargs):
+        batch = real(*args, **kwargs)
+        return batch.replace(behaviour_logp=jnp.roll(batch.behaviour_logp, -1, axis=1))
 
-    mp.setattr(loop, "collect", collect)
+    mp.setattr(loop, "to_step_batch", to_step_batch)
 
 
 def logprobs_one_token_late(mp: pytest.MonkeyPatch) -> None:
