@@ -5,6 +5,7 @@
     agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} \\
                    --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
+                   [--sero] [--sero.FIELD VALUE ...]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]
     agentjax data [--mirror URL] [--only DATASET ...] [--dest DIR] [--verify]
 
@@ -19,6 +20,16 @@ nested config to None). Everything is validated before any work: an unknown meth
 flag, a value out of range, sizes that disagree, a micro-batch that does not divide the batch, a mesh that does
 not match the devices, a missing checkpoint folder are one-line errors (exit status 2). ``--dry-run`` stops after
 validation and prints the config as JSON.
+
+``--sero`` adds SERO's auxiliary oracle branch (``TrainConfig.sero = SeroConfig()``: λ_O = 0.1, reachability
+weights, uniform roots, the strict-success gate; METHODS.md "SERO") on top of the chosen method. Every
+:class:`~agentjax.train.config.SeroConfig` field is a flag ``--sero.FIELD`` (hyphens or underscores), e.g.
+``--sero.scheme root_only --sero.coef 0.5 --sero.k 3 --sero.roots prioritised --sero.bank bank.npz
+--sero.max-oracle-steps 8``; the switches ``--sero.match-mass`` and ``--sero.soft-gate`` take no value. Giving any
+``--sero.*`` flag implies ``--sero``; with SERO on, the same fields are also tyro's ``--train.sero.*`` overrides
+(which imply ``--sero`` too, and win over ``--sero.*``). An unknown ``--sero.*`` field, a scheme / roots / gate
+not among the choices, a value out of range (e.g. a coefficient <= 0), an oracle batch that does not split into
+oracle micro-batches or a bank file that is not there is a one-line error (exit status 2) before any work.
 
 ``eval`` reads the run config from a checkpoint's metadata and evaluates the newest checkpoint that restores (or
 ``--step``) on the env's eval split; it prints and writes ``<run>/eval_<step>.json``.
@@ -36,10 +47,12 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
+import typing
 from collections.abc import Sequence
 
-from agentjax.train.config import CREDIT_METHODS
+from agentjax.train.config import CREDIT_METHODS, SeroConfig
 from agentjax.train.presets import PRESETS
 from agentjax.train.runconfig import ENVS, RunConfig
 
@@ -68,6 +81,66 @@ def _with_sizes(run: RunConfig, sizes: dict[str, int]) -> RunConfig:
     return run.with_sizes(micro_batch_size=micro, **sizes)
 
 
+_SERO_HELP = {  # one line per SeroConfig field (its docstring has the details)
+    "coef": "λ_O, the weight of the oracle loss (> 0; SERO §5.3: 0.1)",
+    "scheme": "the oracle steps' weights: reachability (sero) or an ablation (§5.3, §A.7)",
+    "gamma": "depth_decay's factor, in (0, 1]",
+    "k": "short_bridge's length (§A.7: 1 and 3)",
+    "match_mass": "rescale every scheme to SERO's supervision mass per branch (§F.2)",
+    "roots": "uniform (the paper) or prioritised by the behaviour policy's doubt (§G)",
+    "priority_power": "the exponent of prioritised roots",
+    "soft_gate": "the graded gate clip(Δ / gate_scale, 0, 1) instead of 1[Δ > 0]",
+    "gate_scale": "the soft gate's reward scale",
+    "gate_on": "the returns the gate compares: binary task success or the env's reward",
+    "max_oracle_steps": "cap on oracle steps per branch (default: the remaining budget)",
+    "micro_batch_size": "oracle rows per micro-batch (default: the update's)",
+    "capacity": "oracle rows per update (default: groups × max steps, whole micro-batches)",
+    "bank": "replay this fixed oracle bank (.npz, agentjax.train.loop.build_bank) instead of fresh branches",
+    "bank_branches": "branches drawn from the bank per update (default: num_groups)",
+}
+
+
+def _add_sero_flags(parser: argparse.ArgumentParser) -> None:
+    """``--sero`` and one ``--sero.FIELD`` per :class:`SeroConfig` field, types and choices from its annotations
+    (``--sero.field_name`` is a hidden alias of ``--sero.field-name``); unset flags leave no attribute, so only the
+    given ones reach the config."""
+    group = parser.add_argument_group("SERO", "SERO's auxiliary oracle branch on top of --method (METHODS.md "
+                                      "\"SERO\"; agentjax.train.config.SeroConfig); any --sero.* flag implies --sero")
+    group.add_argument("--sero", action="store_true", help="turn SERO on (SeroConfig() unless --sero.* flags say "
+                       "otherwise: coef 0.1, scheme sero, uniform roots, strict-success gate)")
+    hints = typing.get_type_hints(SeroConfig)
+    for field in dataclasses.fields(SeroConfig):
+        tp = hints[field.name]
+        kw = dict(dest=f"sero.{field.name}", default=argparse.SUPPRESS)
+        if tp is bool:
+            kw |= dict(action="store_const", const=True)
+        elif typing.get_origin(tp) is typing.Literal:
+            kw |= dict(choices=typing.get_args(tp))
+        else:
+            (kw["type"],) = [t for t in typing.get_args(tp) or (tp,) if t is not type(None)]
+            kw["metavar"] = "PATH" if field.name == "bank" else kw["type"].__name__.upper()
+        flag, text = f"--sero.{field.name.replace('_', '-')}", _SERO_HELP.get(field.name, field.name)
+        group.add_argument(flag, help=text if field.default is None else f"{text} (default: {field.default})", **kw)
+        if "_" in field.name:
+            group.add_argument(f"--sero.{field.name}", help=argparse.SUPPRESS, **kw)
+
+
+def _sero_config(args: argparse.Namespace, rest: Sequence[str]) -> SeroConfig | None:
+    """The :class:`SeroConfig` of the ``--sero`` / ``--sero.*`` flags (None: SERO off; on when ``--sero``, a
+    ``--sero.*`` or a ``--train.sero.*`` flag is given). Raises ``ValueError`` naming a bad value or field."""
+    unknown = [a.split("=")[0] for a in rest if a.startswith("--sero.")]
+    if unknown:
+        fields = ", ".join(f.name for f in dataclasses.fields(SeroConfig))
+        raise ValueError(f"unrecognized SERO flag {unknown[0]}; the --sero.* fields are {fields}")
+    given = {k.removeprefix("sero."): v for k, v in vars(args).items() if k.startswith("sero.")}
+    if not (args.sero or given or any(a.startswith("--train.sero.") for a in rest)):
+        return None
+    try:
+        return SeroConfig(**given)
+    except ValueError as e:  # "SeroConfig.coef must be > 0, got -0.5", named by its flag
+        raise ValueError(str(e).replace("SeroConfig.", "--sero.")) from None
+
+
 def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunConfig, argparse.Namespace]:
     """The validated ``RunConfig`` of ``agentjax train`` arguments (raises ``ValueError`` / ``SystemExit``)."""
     import tyro
@@ -83,12 +156,19 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
     for name in ("num-groups", "group-size", "max-steps"):
         parser.add_argument(f"--{name}", type=int, help="sets train.rollout and collect together")
     parser.add_argument("--no-warm-start", action="store_true", help="start RL from the initial weights")
+    _add_sero_flags(parser)
     if any(a in ("-h", "--help") for a in argv) and not {"--method", "--env", "--preset"} <= set(argv):
         parser.print_help()
         print("\nwith --method, --env and --preset given, --help lists every override flag")
         raise SystemExit(0)
     args, rest = parser.parse_known_args(argv)
+    sero = _sero_config(args, rest)
+    if any(a in ("-h", "--help") for a in rest):  # tyro's help lists the overrides; these flags first
+        parser.print_help()
+        print()
     base = preset(args.preset, args.method, args.env)
+    if sero is not None:
+        base = base.replace(train=base.train.replace(sero=sero))
     sizes = {k: getattr(args, k) for k in ("num_groups", "group_size", "max_steps") if getattr(args, k) is not None}
     if sizes:
         base = _with_sizes(base, sizes)
@@ -99,6 +179,10 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
     if run.train.credit.method != args.method:
         raise ValueError(f"--method {args.method} but the overrides made the credit method "
                          f"{run.train.credit.method!r}")
+    bank = run.train.sero.bank if run.train.sero is not None else None
+    if bank is not None and not os.path.isfile(bank):
+        raise FileNotFoundError(f"sero.bank={bank!r} is not a file; write a bank with "
+                                "agentjax.train.loop.build_bank or drop --sero.bank")
     run.check()
     return run, args
 

@@ -1,7 +1,8 @@
 """``agentjax train`` / ``agentjax eval``: presets with overrides, and clear one-line errors (exit status 2) for bad
 flags and impossible configs before any work starts (each case returns in well under a second: nothing is built);
-every env's tiny and paper presets; one real update on each env that no other training test runs (TextCraft-Synth,
-TextWorld, TextWorld-Sync), through the command line.
+every env's tiny and paper presets; SERO's ``--sero`` / ``--sero.*`` flags (parsed and validated only, and the
+dry run's ``sero`` block); one real update on each env that no other training test runs (TextCraft-Synth, TextWorld,
+TextWorld-Sync), through the command line.
 
 The one-update runs share one shrunk model and one set of shapes (1 layer of width 32, 1,024 prompt and 64 reply
 tokens, 32 allowed tokens a position), so the update and the sampler compile once for the three: 76-88 s for the
@@ -12,6 +13,7 @@ first, 5-9 s each for the others on the shared 2-core machine under a load avera
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -20,6 +22,7 @@ import time
 import pytest
 
 from agentjax.cli import _USAGE, build_run, main
+from agentjax.train.config import SeroConfig
 from agentjax.train.runconfig import ENVS
 
 BASE = ["train", "--method", "crbc", "--env", "sokoban", "--preset", "tiny"]
@@ -164,8 +167,66 @@ def test_an_unknown_override_is_named(capsys):
     assert code == 2 and "--train.credit.lam" in err
 
 
+SERO = ["--method", "graphgpo", "--env", "sokoban", "--preset", "tiny"]
+
+
+def test_sero_is_off_by_default_and_on_with_its_defaults():
+    run, _ = build_run(SERO)
+    assert run.train.sero is None and not run.train_collect.snapshots and len(run.branch_slots) == 0
+    run, _ = build_run([*SERO, "--sero"])
+    assert run.train.sero == SeroConfig() and run.train.sero.coef == 0.1
+    assert run.train_collect.snapshots and len(run.branch_slots) == run.train.rollout.num_groups  # the roots' slots
+    assert run.train.credit.method == "graphgpo"  # on top of the base method
+
+
+def test_sero_fields_are_flags_and_imply_sero(tmp_path):
+    bank = tmp_path / "bank.npz"
+    bank.write_bytes(b"")  # only its presence is checked before work
+    run, _ = build_run([*SERO, "--sero.scheme", "root_only", "--sero.coef", "0.5", "--sero.k", "3", "--sero.roots",
+                        "prioritised", "--sero.bank", str(bank), "--sero.max-oracle-steps", "4",
+                        "--sero.bank_branches", "2", "--sero.soft-gate", "--sero.gate-on=reward"])
+    assert run.train.sero == SeroConfig(coef=0.5, scheme="root_only", k=3, roots="prioritised", bank=str(bank),
+                                        max_oracle_steps=4, bank_branches=2, soft_gate=True, gate_on="reward")
+    run, _ = build_run([*SERO, "--train.sero.coef", "0.3"])  # tyro's nested override turns it on too
+    assert run.train.sero == SeroConfig(coef=0.3)
+    run, _ = build_run([*SERO, "--sero.coef", "0.5", "--train.sero.coef", "0.3", "--sero.micro-batch-size", "8"])
+    assert (run.train.sero.coef, run.train.oracle_micro_batch_size) == (0.3, 8)  # tyro's wins
+    assert run.train.oracle_rows == 16 * 15  # every step of every group's budget, whole micro-batches of 8
+
+
+def test_dry_run_prints_the_sero_block(capsys):
+    code, out, err = run_cli(capsys, "train", *SERO, "--sero", "--sero.scheme", "short_bridge", "--sero.k", "3",
+                             "--dry-run")
+    assert code == 0, err
+    config = json.loads(out)
+    assert config["train"]["sero"] == dataclasses.asdict(SeroConfig(scheme="short_bridge", k=3))
+    assert config["train"]["credit"]["method"] == "graphgpo"
+    code, out, err = run_cli(capsys, "train", *SERO, "--dry-run")
+    assert code == 0 and json.loads(out)["train"]["sero"] is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sero.scheme", "root-only"], r"argument --sero.scheme: invalid choice: 'root-only' \(choose from 'sero', "),
+    (["--sero", "--sero.coef", "-0.5"], r"--sero.coef must be > 0, got -0.5"),
+    (["--sero.coef", "0"], r"--sero.coef must be > 0, got 0.0"),
+    (["--sero.k", "1.5"], r"argument --sero.k: invalid int value: '1.5'"),
+    (["--sero.gamma", "2"], r"--sero.gamma must be in \(0, 1\], got 2.0"),
+    (["--sero.roots", "greedy"], r"argument --sero.roots: invalid choice: 'greedy'"),
+    (["--sero.lambda", "0.1"], r"unrecognized SERO flag --sero.lambda; the --sero.\* fields are coef, scheme"),
+    (["--sero.bank", "/nonexistent/bank.npz"], r"sero.bank='/nonexistent/bank.npz' is not a file"),
+    (["--sero.capacity", "7"], r"the oracle batch of 7 rows \(sero.capacity\) does not split into micro-batches of 40"),
+])
+def test_bad_sero_flags_are_one_line_errors(capsys, argv, message):
+    code, out, err = run_cli(capsys, "train", *SERO, *argv, "--dry-run")
+    assert code == 2 and not out and err.count("\n") == 1 and err.startswith("agentjax train: error: "), err
+    assert re.search(message, err), err
+
+
 def test_help(capsys):
     code, out, _ = run_cli(capsys)
     assert code == 2 and "agentjax train --method" in out
     code, out, _ = run_cli(capsys, "train", "--help")
-    assert code == 0 and "--preset" in out
+    assert code == 0 and "--preset" in out and "--sero.scheme {sero,root_only," in out and "--sero.coef FLOAT" in out
+    assert "--sero" in _USAGE
+    code, out, _ = run_cli(capsys, *BASE, "--sero", "--help")  # this parser's flags, then tyro's overrides
+    assert code == 0 and "--sero.k INT" in out and "--train.sero.coef" in out

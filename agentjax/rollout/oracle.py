@@ -48,7 +48,7 @@ from agentjax.agents.compact import templates
 from agentjax.agents.prompts import PromptTemplate
 from agentjax.models.constrain import constrained_choices
 from agentjax.rollout.batch import StepBatch
-from agentjax.rollout.collect import CollectConfig, Rollouts, turn_prompt
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, Projector, Rollouts, turn_prompt
 from envs.base import Obs, Task
 
 GateOn = Literal["success", "reward"]
@@ -208,6 +208,7 @@ def run_branches(
     config: CollectConfig,
     *,
     template: PromptTemplate | None = None,
+    projector: Projector | None = None,
     max_oracle_steps: int | None = None,
     gate_on: GateOn = "success",
 ) -> BranchRun:
@@ -220,6 +221,9 @@ def run_branches(
       tokenizer: the policy's tokenizer (prompts and replies are encoded as the collector does).
       config: the primary rollouts' collector config (template set, history window, constrained format, sizes).
       template: the prompt template (default: ``config.prompt``'s template of the root's env).
+      projector: the reply projection (default ``PROJECTORS[env]``; an env without one records the oracle's action):
+        the branch's history records the projection of the serialised reply, as the collector records the
+        projection of the policy's reply, so the later prompts are the ones the policy would have seen.
       max_oracle_steps: a cap on each branch's steps besides its remaining budget.
       gate_on: the return the branch reports (module docstring).
     """
@@ -229,6 +233,8 @@ def run_branches(
     serialise = _Serialiser(tokenizer, config)
     table = templates(config.prompt)
     tmpl = [template or table[r.task.env] for r in roots]
+    projectors = [projector or PROJECTORS.get(r.task.env) for r in roots]
+    require_think = config.require_think and not config.constrained  # as the collector projects
     n = len(roots)
     steps: list[list[OracleStep]] = [[] for _ in range(n)]
     state: list[dict[str, Any]] = [dict(valid=True, ended="", detail="", won=False, ret=0.0) for _ in range(n)]
@@ -300,7 +306,11 @@ def run_branches(
         live = []
         for i in acting:
             res = results[slots[i]]
-            history[i].append((obs[i].text, steps[i][-1].action))
+            action = steps[i][-1].action
+            if projectors[i] is not None:  # what the collector would record for this reply (e.g. Sokoban: "up")
+                reply = config.constrained_format.format(action=action)
+                action = projectors[i](reply, obs[i].admissible, require_think=require_think).action
+            history[i].append((obs[i].text, action))
             obs[i] = res.obs
             info = res.info
             if "worker_crash" in info or "error" in info:

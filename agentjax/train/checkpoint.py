@@ -101,13 +101,17 @@ class Checkpointer:
       directory: the run's checkpoint folder (created if missing).
       max_to_keep: the newest N checkpoints are kept; older ones are deleted after each save.
       async_save: write in a background thread after the arrays reach the host.
+      read_only: restore only: no folder is created and no unfinished save is cleaned up, so a run that is still
+        writing checkpoints can be read (analyses, evaluation of a live run).
     """
 
-    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3, async_save: bool = True):
+    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3, async_save: bool = True,
+                 read_only: bool = False):
         if max_to_keep < 1:
             raise ValueError(f"Checkpointer: max_to_keep must be >= 1, got {max_to_keep}")
         self.directory = os.path.abspath(os.fspath(directory))
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True,
+        options = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else max_to_keep, create=not read_only,
+                                               cleanup_tmp_directories=not read_only, read_only=read_only,
                                                enable_async_checkpointing=async_save)
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 

@@ -45,8 +45,9 @@ inventory (the goal is fixed within a task), so equal anchors mean an equal inve
 
 Admissible actions: ADaPT has none (free-form commands), so ``Obs.admissible`` is None by default. With
 ``admissible=True`` it is the sorted list of ``inventory``, ``get`` of each base item in the goals' tree (one
-recipe's worth), every single craft of each tree recipe (up to 16 fillings of its tag slots), and the oracle's next
-command, which makes the list sufficient to win.
+recipe's worth), every single craft of each tree recipe (up to 16 fillings of its tag slots), and the planner's next
+command, which makes the list sufficient to win. The list calls the planner itself, never :meth:`oracle` (the
+training-only oracle that SERO's branches act with and evaluation must not call).
 """
 
 from __future__ import annotations
@@ -221,8 +222,8 @@ class _CraftEnv(Env):
 
     def admissible_actions(self) -> tuple[str, ...]:
         """Plausible commands from the current state (module docstring), sorted."""
-        static = self._listing()[1]
-        return tuple(sorted({*static, self.oracle()}))
+        static, plan = self._listing()[1], self.plan()
+        return tuple(sorted({*static, plan[0] if plan else "inventory"}))
 
     # -- the game ------------------------------------------------------------------------------------------------
     def _execute(self, action: str) -> tuple[str, bool]:

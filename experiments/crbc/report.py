@@ -66,9 +66,12 @@ def _ms(values: list[float]) -> dict[str, float]:
     return {"mean": mean, "se": se, "z": mean / se if se and np.isfinite(se) else float("nan"), "n": float(a.size)}
 
 
-def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = None) -> dict[str, dict]:
+def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = None,
+              baselines: Mapping[str, str] | None = None, threshold_method: str = THRESHOLD_METHOD,
+              ) -> dict[str, dict]:
     """Per method: initial / final / best eval success, gain, paired difference to the baseline, mean training
-    success and its paired difference, updates to the threshold, and the curves (module docstring)."""
+    success and its paired difference, updates to the threshold, and the curves (module docstring).
+    ``baselines``: each label's baseline (default: :data:`BASELINE` for every label)."""
     outcomes = {k: eval_outcomes(r.out_dir) for k, r in runs.items()}
     outcomes = {k: v for k, v in outcomes.items() if v}
     train = {k: {x["step"]: x["rollout/success_rate"] for x in read_metrics(r.out_dir) if "rollout/success_rate" in x}
@@ -94,23 +97,25 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
             "train_mean": _ms([float(np.mean(list(train[(label, s)].values()))) for s in seeds]),
             "curve": curve, "curve_se": curve_se, "train_curve": train_curve,
         }
-    if BASELINE in table:
-        for label in table:
-            if label == BASELINE:
-                continue
-            common = [s for s in table[label]["seeds"] if s in table[BASELINE]["seeds"]]
-            diffs, tdiffs = [], []
-            for s in common:
-                mine, base = outcomes[(label, s)], outcomes[(BASELINE, s)]
-                u = min(max(mine), max(base))
-                if mine[u].shape == base[u].shape:
-                    diffs.append(float((mine[u] - base[u]).mean()))
-                tm, tb = train[(label, s)], train[(BASELINE, s)]
-                tdiffs.append(float(np.mean([tm[k] - tb[k] for k in sorted(set(tm) & set(tb))])))
-            table[label]["final_minus_base"] = _ms(diffs)
-            table[label]["train_minus_base"] = _ms(tdiffs)
-    if threshold is None and THRESHOLD_METHOD in table:
-        threshold = table[THRESHOLD_METHOD]["final"]["mean"]
+    baselines = dict(baselines) if baselines is not None else {label: BASELINE for label in table}
+    for label in table:
+        baseline = baselines.get(label)
+        if baseline is None or baseline == label or baseline not in table:
+            continue
+        common = [s for s in table[label]["seeds"] if s in table[baseline]["seeds"]]
+        diffs, tdiffs = [], []
+        for s in common:
+            mine, base = outcomes[(label, s)], outcomes[(baseline, s)]
+            u = min(max(mine), max(base))
+            if mine[u].shape == base[u].shape:
+                diffs.append(float((mine[u] - base[u]).mean()))
+            tm, tb = train[(label, s)], train[(baseline, s)]
+            tdiffs.append(float(np.mean([tm[k] - tb[k] for k in sorted(set(tm) & set(tb))])))
+        table[label]["baseline"] = baseline
+        table[label]["final_minus_base"] = _ms(diffs)
+        table[label]["train_minus_base"] = _ms(tdiffs)
+    if threshold is None and threshold_method in table:
+        threshold = table[threshold_method]["final"]["mean"]
     for r in table.values():
         reached = [u for u, v in r["curve"].items() if u > 0 and threshold is not None and v >= threshold - 1e-12]
         r["updates_to_threshold"] = reached[0] if reached else None
@@ -131,9 +136,10 @@ def _noise(ms: Mapping[str, float] | None) -> str:
     return " (noise)" if abs(ms["mean"]) < 2 * ms["se"] else ""
 
 
-def markdown(table: Mapping[str, dict], header: str) -> str:
-    rows = [f"| method | seeds | initial | final | best | gain (final − initial) | gain / SE | final − {BASELINE} "
-            f"(paired) | train success | train − {BASELINE} (paired) | updates to {THRESHOLD_METHOD}'s final |",
+def markdown(table: Mapping[str, dict], header: str, baseline: str = BASELINE,
+             threshold_method: str = THRESHOLD_METHOD) -> str:
+    rows = [f"| method | seeds | initial | final | best | gain (final − initial) | gain / SE | final − {baseline} "
+            f"(paired) | train success | train − {baseline} (paired) | updates to {threshold_method}'s final |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in table.items():
         z = r["gain"]["z"]
@@ -173,11 +179,14 @@ def plot(table: Mapping[str, dict], path: str) -> None:
     plt.close(fig)
 
 
-def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, header: str) -> dict:
-    """``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results``; returns the table."""
-    table = summarise(runs)
+def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, header: str,
+                 baselines: Mapping[str, str] | None = None, baseline_column: str = BASELINE,
+                 threshold_method: str = THRESHOLD_METHOD) -> dict:
+    """``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results``; returns the table.
+    ``baselines`` / ``baseline_column``: each label's paired baseline and the column's name (default GRPO)."""
+    table = summarise(runs, baselines=baselines, threshold_method=threshold_method)
     os.makedirs(results, exist_ok=True)
-    text = markdown(table, header)
+    text = markdown(table, header, baseline_column, threshold_method)
     with open(os.path.join(results, f"{name}_results.md"), "w") as f:
         f.write(text)
     some = next(iter(runs.values()))

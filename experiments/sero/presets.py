@@ -1,0 +1,127 @@
+"""Presets of the SERO experiment: the tiny CPU comparison, its ablations, its smoke size, and the paper's setting.
+
+Built on :mod:`agentjax.train.presets` and the CRBC experiment's tiny runs (:mod:`experiments.crbc.presets`), so a
+SERO run and its base run differ in ``TrainConfig.sero`` only:
+
+- :func:`tiny_run` — the tiny Sokoban preset (16 rooms × 8 rollouts, 20 updates, 2 optimizer steps an update at
+  5e-4) for ``method`` with SERO on (``sero=SeroConfig(...)``) or off, from the CRBC experiment's warm start (one
+  cached warm start for every method, seed and arm: ``experiments/crbc/results/warmstart/``). The branch's oracle
+  is Sokoban's BFS solver; roots come from failed rollouts, so with 16 groups there are at most 16 branches an
+  update. λ_O = 0.1 (SERO §5.3).
+- :func:`ablation_runs` — the paper's ablations of the weighting (§5.3, §A.7: Root-only, Full-Flat, Depth-decay,
+  Shuffled, Short-Bridge k = 1 and 3) and the λ_O sweep {0.05, 0.1, 0.5, 1.0} around a ``method+sero`` run.
+- :func:`matched_run` — the interaction-matched baseline (§A.2): the base method with as many more updates as
+  SERO's branches cost in environment steps (computed from a SERO run's logged ``sero/env_steps``).
+- :func:`paper_run` — the paper's setting (Qwen2.5-1.5B / 7B, GraphGPO or HGPO backbone, ALFWorld or WebShop,
+  λ_O = 0.1, one node of 8 × 80 GB GPUs as :func:`agentjax.train.presets.paper`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+from agentjax.train.config import SeroConfig
+from agentjax.train.metrics import read_metrics
+from agentjax.train.presets import paper
+from agentjax.train.runconfig import RunConfig, WarmStart
+from experiments.crbc.presets import RESULTS as CRBC_RESULTS
+from experiments.crbc.presets import tiny_run as crbc_tiny_run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+WARMSTART = os.path.join(CRBC_RESULTS, "warmstart")  # the CRBC experiment's: the same policy starts every run
+METHODS = ("graphgpo", "crbc")  # the bases compared with and without SERO
+PAPER_METHODS = ("graphgpo", "hgpo")  # the paper's backbones
+SEEDS = (0, 1, 2)
+COEF = 0.1  # λ_O, SERO §5.3
+SCHEMES = ("root_only", "full_flat", "depth_decay", "shuffled", "short_bridge")
+BRIDGES = (1, 3)  # Short-Bridge k (§A.7)
+COEFS = (0.05, 0.1, 0.5, 1.0)  # the λ_O sweep
+
+
+def label(method: str, sero: SeroConfig | None) -> str:
+    """``graphgpo`` / ``graphgpo+sero`` (the report's method column)."""
+    return method if sero is None else f"{method}+sero"
+
+
+def tiny_run(method: str, seed: int, sero: SeroConfig | None = None, *, name: str | None = None,
+             results: str = RESULTS, updates: int | None = None) -> RunConfig:
+    """The tiny Sokoban run of ``method`` (with SERO when ``sero`` is given) and training seed ``seed``; ``out_dir``
+    ``results/runs/tiny/<name or label>/seed<seed>``."""
+    run = crbc_tiny_run(method, seed, updates=updates)
+    run = run.replace(train=run.train.replace(sero=sero),
+                      warm_start=dataclasses.replace(run.warm_start, cache_dir=WARMSTART),
+                      out_dir=os.path.join(results, "runs", "tiny", name or label(method, sero), f"seed{seed}"))
+    return run
+
+
+def smoke_run(method: str, seed: int, sero: SeroConfig | None = None, *, results: str = RESULTS) -> RunConfig:
+    """2 updates of 2 groups × 4 rollouts × 6 steps from a 4-episode warm start: the pipeline in a minute."""
+    run = tiny_run(method, seed, sero, results=results)
+    run = run.with_sizes(num_groups=2, group_size=4, max_steps=6, micro_batch_size=12)
+    if sero is not None:
+        run = run.replace(train=run.train.replace(sero=dataclasses.replace(sero, micro_batch_size=4)))
+    return run.replace(updates=2, eval_every=1, eval_tasks=4, eval_seeds=1, checkpoint_every=1,
+                       out_dir=os.path.join(results, "runs", "smoke", label(method, sero), f"seed{seed}"),
+                       warm_start=WarmStart(episodes=4, steps=5, batch_size=8, learning_rate=1e-3,
+                                            cache_dir=os.path.join(results, "runs", "smoke", "warmstart")))
+
+
+def ablation_configs(coef: float = COEF) -> dict[str, SeroConfig]:
+    """``{name: SeroConfig}`` of the weighting ablations and the λ_O sweep (the main arm ``sero`` included)."""
+    out = {"sero": SeroConfig(coef=coef)}
+    for scheme in SCHEMES:
+        if scheme == "short_bridge":
+            out |= {f"short_bridge_k{k}": SeroConfig(coef=coef, scheme=scheme, k=k) for k in BRIDGES}
+        else:
+            out[scheme] = SeroConfig(coef=coef, scheme=scheme)
+    out |= {f"coef_{c:g}": SeroConfig(coef=c) for c in COEFS if c != coef}
+    return out
+
+
+def ablation_runs(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None,
+                  ) -> dict[str, RunConfig]:
+    """``{label: run}`` of every ablation of ``method+sero`` (labels ``<method>+sero:<ablation>``)."""
+    return {f"{method}+sero:{name}": tiny_run(method, seed, sero, name=f"{method}+sero_{name}", results=results,
+                                                updates=updates)
+            for name, sero in ablation_configs().items() if name != "sero"}
+
+
+def extra_updates(sero_run: RunConfig) -> int:
+    """How many updates of the base method cost as many environment steps as ``sero_run``'s branches (§A.2):
+    ``ceil(Σ sero/env_steps / mean primary env steps an update)``, from the run's metrics."""
+    lines = [x for x in read_metrics(sero_run.out_dir) if "sero/env_steps" in x]
+    if not lines:
+        raise FileNotFoundError(f"{sero_run.out_dir} has no SERO metrics: run it before its matched baseline")
+    branch = sum(x["sero/env_steps"] for x in lines)
+    primary = sum(x["rollout/num_turns"] for x in lines) / len(lines)
+    return math.ceil(branch / primary)
+
+
+def matched_run(method: str, seed: int, extra: int, *, results: str = RESULTS, updates: int | None = None,
+                ) -> RunConfig:
+    """The base method with ``extra`` more updates (the interaction-matched baseline, label ``<method>:matched``);
+    evaluated at the same points plus the last."""
+    run = tiny_run(method, seed, name=f"{method}_matched", results=results, updates=updates)
+    return run.replace(updates=run.updates + extra)
+
+
+def paper_run(method: str, env: str, size: str = "1.5b", *, coef: float = COEF, **sero) -> RunConfig:
+    """The paper's setting (SERO §5): Qwen2.5-``size``-Instruct, ``method`` ∈ {graphgpo, hgpo} as the backbone on
+    ``env`` ∈ {alfworld, webshop} with the paper preset's sizes and optimiser, SERO at λ_O = ``coef``; the oracle
+    micro-batch is the update's. Hardware: one node of 8 × 80 GB GPUs (1.5B on an 8 × 1 FSDP × TP mesh, 7B on 4 × 2),
+    as :func:`agentjax.train.presets.paper`."""
+    if method not in PAPER_METHODS:
+        raise ValueError(f"SERO's paper backbones are {PAPER_METHODS}, not {method!r}")
+    if env not in ("alfworld", "webshop"):
+        raise ValueError(f"SERO's paper benchmarks are alfworld and webshop, not {env!r}")
+    run = paper(method, env, size)
+    gate = dict(soft_gate=False, gate_on="success")  # §4.4: strict success on both benchmarks
+    run = run.replace(train=run.train.replace(sero=SeroConfig(coef=coef, **(gate | sero))))
+    return run.replace(out_dir=os.path.join(RESULTS, "runs", f"paper-{size}", env, f"{method}+sero"))
+
+
+__all__ = ["COEF", "COEFS", "METHODS", "PAPER_METHODS", "RESULTS", "SEEDS", "ablation_configs", "ablation_runs",
+           "extra_updates", "label", "matched_run", "paper_run", "smoke_run", "tiny_run"]

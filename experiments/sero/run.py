@@ -1,0 +1,185 @@
+"""The SERO tiny experiment: base vs base + SERO on Sokoban 6×6, its ablations, and the interaction-matched baseline.
+
+::
+
+    python experiments/sero/run.py                      # GraphGPO and CRBC, each with and without SERO, seeds 0-2
+    python experiments/sero/run.py --jobs 2             # two runs at a time, in separate processes
+    python experiments/sero/run.py --ablations --seeds 0    # the weighting ablations and the λ_O sweep (GraphGPO)
+    python experiments/sero/run.py --matched            # + the interaction-matched baselines (after the SERO runs)
+    python experiments/sero/run.py --smoke              # 2 updates, small sizes: the pipeline end to end
+    python experiments/sero/run.py --report-only        # rebuild the tables and figures from the runs' files
+
+Every run is the tiny Sokoban preset of the CRBC experiment (:mod:`experiments.sero.presets`): the same cached warm
+start, rooms, sampling streams and budget (20 updates × 16 rooms × 8 rollouts); a SERO run adds the oracle branch
+(≤ one root per room with a failure, Sokoban's BFS solver from the restored snapshot, λ_O = 0.1) and nothing else:
+its primary rollouts of the first update are those of the base run (tests/train/test_sero.py).
+
+The report reads only the runs' files: ``results/tiny_results.md`` / ``.json`` / ``tiny_curves.png`` (eval success
+± SE over seeds, gains paired by episode, each ``+sero`` arm's paired difference to its own base), the ablations in
+``ablations_results.*``, and ``tiny_branches.md`` (what the branches did: roots attempted / valid / gated in, oracle
+steps, branch vs on-policy suffix success, the branch's environment steps and time as shares of the update's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from agentjax.train.config import SeroConfig  # noqa: E402
+from agentjax.train.metrics import read_metrics  # noqa: E402
+from agentjax.train.runconfig import RunConfig  # noqa: E402
+from experiments.crbc.report import write_report  # noqa: E402
+from experiments.crbc.run import compile_cache, finished, run_all  # noqa: E402
+from experiments.sero.presets import (  # noqa: E402
+    COEF,
+    METHODS,
+    RESULTS,
+    SEEDS,
+    ablation_runs,
+    extra_updates,
+    label,
+    matched_run,
+    smoke_run,
+    tiny_run,
+)
+
+Runs = dict[tuple[str, int], RunConfig]
+BRANCH_KEYS = ("roots_attempted", "roots_valid", "roots_gated", "oracle_steps", "trained_steps", "branch_return",
+               "suffix_return", "compat_mean", "weight_mean", "env_steps", "time_total")
+
+
+def comparison(methods, seeds, *, updates=None, results=RESULTS, smoke=False) -> Runs:
+    """``{(label, seed): run}``: every method with and without SERO, seed by seed."""
+    make = smoke_run if smoke else tiny_run
+    out: Runs = {}
+    for seed in seeds:
+        for method in methods:
+            for sero in (None, SeroConfig(coef=COEF)):
+                kw = {} if smoke else {"updates": updates}
+                out[(label(method, sero), seed)] = make(method, seed, sero, results=results, **kw)
+    return out
+
+
+def baselines(runs: Runs) -> dict[str, str]:
+    """Each label's paired baseline: its base method (``graphgpo+sero`` → ``graphgpo``; ablations and matched runs
+    too)."""
+    return {lab: lab.split("+")[0].split(":")[0] for lab, _ in runs}
+
+
+def branch_table(runs: Runs) -> dict[str, dict]:
+    """Per SERO arm: the mean over updates and seeds of each ``sero/`` metric, and the branch's environment steps
+    and wall time as shares of the primary collection's and of the whole update's."""
+    out: dict[str, dict] = {}
+    for lab in dict.fromkeys(lab for lab, _ in runs):
+        lines = [x for (l2, _), r in runs.items() if l2 == lab and os.path.exists(os.path.join(r.out_dir,
+                 "metrics.jsonl")) for x in read_metrics(r.out_dir) if "sero/roots_attempted" in x]
+        if not lines:
+            continue
+        row = {k: float(np.mean([x.get(f"sero/{k}", 0.0) for x in lines])) for k in BRANCH_KEYS}
+        turns = float(np.mean([x["rollout/num_turns"] for x in lines]))
+        total = float(np.mean([sum(v for k, v in x.items() if k.startswith("time/")) for x in lines]))
+        row |= {"updates": len(lines), "env_step_share": row["env_steps"] / turns,
+                "time_share": row["time_total"] / total if total else float("nan")}
+        out[lab] = row
+    return out
+
+
+def branch_markdown(table: dict[str, dict]) -> str:
+    cols = ("roots_attempted", "roots_valid", "roots_gated", "oracle_steps", "branch_return", "suffix_return",
+            "compat_mean", "weight_mean", "env_step_share", "time_share")
+    rows = ["| arm | updates | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+    for lab, r in table.items():
+        rows.append(f"| {lab} | {r['updates']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def header(runs: Runs, title: str, command: str) -> str:
+    some = next(iter(runs.values()))
+    ro = some.train.rollout
+    return (f"# {title}: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts ({ro.num_groups} "
+            f"groups x {ro.group_size} rollouts, {some.updates} updates; eval: first {some.eval_tasks} `valid` rooms "
+            f"x {some.eval_seeds} seeds = {some.eval_tasks * some.eval_seeds} episodes, the same episodes and sampling"
+            " streams at every eval point and for every arm of a seed)\n\nMean ± standard error over training seeds "
+            "(with one seed: none); \"(noise)\" marks |mean| < 2 SE; \"final − base\" pairs each arm with its base "
+            f"method (no SERO) on the same episodes. Made by `{command}`.\n\n")
+
+
+def report(runs: Runs, results: str, name: str, title: str, command: str) -> dict:
+    done = {k: r for k, r in runs.items() if os.path.exists(os.path.join(r.out_dir, "metrics.jsonl"))}
+    table = write_report(done, results, name, header(done, title, command), baselines=baselines(done),
+                         baseline_column="base")
+    branches = branch_table(done)
+    if branches:
+        text = (f"# What the branches did ({name})\n\nMean over updates and seeds of the `sero/` metrics: roots "
+                "attempted (groups with a failure) / valid (restored and checked) / gated in (the oracle succeeded "
+                "where the rollout failed), oracle steps, the branch's and the failed rollout's success from the "
+                "root, the behaviour compatibility and weight of an oracle step, and the branch's environment steps "
+                "and wall time as shares of the primary rollouts' turns and of the whole update.\n\n"
+                + branch_markdown(branches))
+        with open(os.path.join(results, f"{name}_branches.md"), "w") as f:
+            f.write(text)
+        with open(os.path.join(results, f"{name}_branches.json"), "w") as f:
+            json.dump(branches, f, indent=1)
+        print(text)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--updates", type=int, help="override the preset's number of updates")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
+    parser.add_argument("--ablations", action="store_true",
+                        help="the weighting ablations and λ_O sweep of the first method (with its base and SERO arms)")
+    parser.add_argument("--matched", action="store_true", help="the interaction-matched baselines (§A.2)")
+    parser.add_argument("--smoke", action="store_true", help="2 updates, seed 0 only, small sizes")
+    parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
+    args = parser.parse_args(argv)
+    compile_cache(args.results)
+    seeds = [0] if args.smoke and args.seeds == list(SEEDS) else args.seeds
+    runs = comparison(args.methods, seeds, updates=args.updates, results=args.results, smoke=args.smoke)
+    if args.ablations:
+        for seed in seeds:
+            runs |= {(lab, seed): r for lab, r in ablation_runs(args.methods[0], seed, results=args.results,
+                                                                updates=args.updates).items()}
+    if args.dry_run:
+        for (lab, s), run in runs.items():
+            print(f"{lab} seed {s}: {run.updates} updates -> {run.out_dir}")
+        return 0
+    if not args.report_only:
+        run_all(runs, args.jobs)
+    if args.matched:  # after the SERO runs: their branches' environment steps set the extra updates
+        matched: Runs = {}
+        for (lab, seed), run in list(runs.items()):
+            if lab.endswith("+sero") and finished(run):
+                method = lab.split("+")[0]
+                matched[(f"{method}:matched", seed)] = matched_run(method, seed, extra_updates(run),
+                                                                   results=args.results, updates=args.updates)
+        if not args.report_only:
+            run_all(matched, args.jobs)
+        runs |= matched
+    folder = os.path.join(args.results, "runs", "smoke") if args.smoke else args.results
+    command = "python experiments/sero/run.py" + (" --smoke" if args.smoke else "")
+    main_runs = {k: r for k, r in runs.items() if ":" not in k[0]}
+    report(main_runs, folder, "smoke" if args.smoke else "tiny", "SERO tiny experiment", command)
+    extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] == f"{args.methods[0]}+sero"
+             or k[0] == args.methods[0]}
+    if len({lab for lab, _ in extra}) > 2:
+        report(extra, folder, "ablations", "SERO ablations", command + " --ablations --matched")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,671 @@
+"""SERO's oracle branch (agentjax/rollout/oracle.py) on real envs, with scripted policies and the real tokenizer.
+
+Checked:
+
+- roots: exactly one per group with a failed rollout (none for all-success groups or turnless failures), taken at a
+  pre-action turn of a failed rollout, carrying its task, action prefix, observation, history, prompt, snapshot,
+  budget ``H − t`` and suffix return; every failed (rollout, turn) is drawn and no won one; ``"prioritised"`` draws
+  turns ∝ (1 − π_old(a_t)) + 1e-3 (frequencies over 3,000 fixed draws), ``"uniform"`` uniformly;
+- branches in the pool's branch slots, the primary slots untouched (Sokoban, TextCraft, WebShop, and ALFWorld when
+  ``$ALFWORLD_DATA`` is set): the root replayed from reset and its snapshot restored in a fresh env both give the
+  record's observation (admissible actions included) and prompt; the oracle continuation equals the env's own oracle
+  played from the replayed root (actions, won, return, why it ended), wins where a shortest solution fits the budget
+  (Sokoban, by BFS) and wins somewhere; the collector itself, fed the root's replies and then the serialised oracle
+  actions, builds exactly the recorded prompts (history included), replies and constrained choices at every oracle
+  step, and the command mask is the smallest run of reply tokens covering the action;
+- a tampered record (observation, snapshot, prompt; a snapshot that is missing or an error) invalidates that branch
+  only: counted, reason kept, gate and row coefficients 0, the other branches unchanged;
+- an env whose restore, oracle or step raises (SerialPool) and a worker killed before the oracle call or the env
+  step (EnvPool) lose their branch only;
+- packing: rows branch-major in depth order, ``group`` = branch, ``step`` = depth, left-padded prompts, response mask
+  = the action's tokens, allowed tokens; padding rows and branches never weighted; coefficients equal
+  ``g_b · Π_{i<j} c_i / #roots`` computed by hand; capacity overflow drops the last rows;
+- no oracle at evaluation: with every env class's ``oracle`` raising, the trainer's evaluations (Sokoban, built by
+  ``loop.setup`` and called as the loop calls them) and ``evaluate`` on TextCraft run to the end without one oracle
+  call, while the SERO branch of the same trainer calls it (its branches all end ``oracle_error``, nothing trained).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import os
+import signal
+import types
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agentjax.agents.compact import templates
+from agentjax.agents.projection import Projected
+from agentjax.agents.prompts import build_messages, encode_prompt
+from agentjax.models import Finish, SampleOutput, SamplingParams, load_tokenizer
+from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.rollout.collect import CollectConfig, run_episodes
+from agentjax.rollout.oracle import RootRecord, run_branches, select_roots, to_oracle_batch
+from agentjax.rollout.records import Episode, Rollouts, Turn
+from agentjax.train.config import SeroConfig
+from agentjax.train.sero import branch_metrics, sero_credit, step_log_compat
+from envs.base import Obs, Task
+from envs.pool import EnvPool, SerialPool
+from envs.sokoban.env import SokobanEnv
+from envs.sokoban.solver import solution_length
+from envs.textcraft.env import TextCraftEnv
+
+STOPS = (IM_END_ID, ENDOFTEXT_ID)
+KEY = jax.random.key(0)
+NB, CAP = 8, 64  # branch slots and oracle rows of every packed Sokoban batch here (one compilation of the credit)
+
+
+# -- scripted policies and a pool that shows them the observations -----------------------------------------------------
+class Scripted:
+    """A policy replying ``reply(t, i)`` + <|im_end|> in live row ``i`` of turn ``t`` (dummy rows copy row 0), with
+    log-prob -0.1 per token; the collector marks the dummy rows by their 1-token limit."""
+
+    def __init__(self, tokenizer: Any, reply: Callable[[int, int], str]):
+        self.tokenizer, self.reply, self.turn = tokenizer, reply, 0
+
+    def generate(self, prompts, params, key, **kw) -> SampleOutput:
+        live = int((np.asarray(kw["max_new_tokens"]) > 1).sum())
+        texts = [self.reply(self.turn, i) for i in range(live)]
+        self.turn += 1
+        texts += texts[:1] * (len(prompts) - live)
+        b, width = len(prompts), params.max_new_tokens
+        tokens, length = np.zeros((b, width), np.int32), np.zeros(b, np.int32)
+        for i, text in enumerate(texts):
+            ids = self.tokenizer.encode(text, add_special_tokens=False) + [IM_END_ID]
+            assert len(ids) <= width, text
+            tokens[i, :len(ids)], length[i] = ids, len(ids)
+        logp = np.where(np.arange(width) < length[:, None], -0.1, 0.0).astype(np.float32)
+        return SampleOutput(tokens_bt=tokens, logp_bt=logp, logp_unmasked_bt=logp, length_b=length,
+                            finish_b=np.full(b, Finish.STOP_TOKEN, np.int32), texts=texts)
+
+
+class Tap:
+    """The collector's pool, keeping each slot's observation and the live slots (in slot order, as the collector
+    batches its rows) for a policy that picks admissible actions."""
+
+    def __init__(self, pool: SerialPool, n: int):
+        self.pool, self.n, self.num_slots = pool, n, pool.num_slots
+        self.obs: dict[int, Obs] = {}
+        self.live: list[int] = []
+
+    def reset(self, tasks):
+        obs = self.pool.reset(tasks)
+        self.obs, self.live = dict(enumerate(obs)), [s for s in range(self.n) if obs[s] is not None]
+        return obs
+
+    def step(self, actions):
+        results = self.pool.step(actions)
+        for slot, result in enumerate(results):
+            if result is not None:
+                self.obs[slot] = result.obs
+                if result.done:
+                    self.live.remove(slot)
+        return results
+
+    def snapshot(self, slots, *, strict=True):
+        return self.pool.snapshot(slots, strict=strict)
+
+
+@dataclasses.dataclass
+class Case:
+    """Primary rollouts of a random admissible policy, their roots and branches (run in the pool's branch slots)."""
+
+    make_env: Callable[[], Any]
+    config: CollectConfig
+    pool: SerialPool
+    slots: list[int]  # the branch slots
+    rollouts: Rollouts
+    roots: list[RootRecord]
+    run: Any  # BranchRun
+    primary: tuple[list[Any], list[Any]]  # snapshots of the primary rollouts' slots before and after the branches
+
+
+def _case(tokenizer, make_env, tasks, config, seed: int, *, reply: str | None = None) -> Case:
+    n = len(tasks) * config.group_size
+    pool = SerialPool(make_env, n + len(tasks))
+    tap = Tap(pool, n)
+    rng = np.random.default_rng(seed)
+    fmt = reply or config.constrained_format
+
+    def pick(t, i):
+        return fmt.format(action=str(rng.choice(tap.obs[tap.live[i]].admissible)))
+
+    rollouts = run_episodes(tap, tasks, Scripted(tokenizer, pick), config, KEY)
+    roots = select_roots(rollouts, np.random.default_rng(seed), config)
+    slots = list(range(n, n + len(tasks)))
+    before = pool.snapshot(range(n))
+    run = run_branches(pool, slots, roots, tokenizer, config)
+    return Case(make_env, config, pool, slots, rollouts, roots, run, (before, pool.snapshot(range(n))))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def _sampling(width: int, bucket: int) -> SamplingParams:
+    return SamplingParams(temperature=1.0, max_new_tokens=width, stop_token_ids=STOPS, prompt_bucket=bucket)
+
+
+@pytest.fixture(scope="module")
+def sokoban(tokenizer) -> Case:
+    config = CollectConfig.sokoban(group_size=2, max_steps=8, max_prompt_tokens=1024, sampling=_sampling(10, 1024),
+                                   constrained=True, masked_logp=True, snapshots=True, reward="env")
+    return _case(tokenizer, SokobanEnv, SokobanEnv.tasks("train")[:5], config, seed=0)
+
+
+@pytest.fixture(scope="module")
+def textcraft(tokenizer) -> Case:
+    config = CollectConfig(group_size=2, max_steps=12, max_prompt_tokens=4096, sampling=_sampling(48, 4096),
+                           constrained=True, masked_logp=True, max_allowed=64, snapshots=True)
+    return _case(tokenizer, functools.partial(TextCraftEnv, admissible=True), TextCraftEnv.tasks("val")[:3], config,
+                 seed=1)
+
+
+@pytest.fixture(scope="module")
+def webshop(tokenizer) -> Case:
+    from envs.webshop import WebShopEnv
+
+    config = CollectConfig.webshop(group_size=2, max_steps=10, max_prompt_tokens=4096, sampling=_sampling(64, 4096),
+                                   snapshots=True)
+    return _case(tokenizer, WebShopEnv, WebShopEnv.tasks("test")[:2], config, seed=0,
+                 reply="<think>ok</think><action>{action}</action>")
+
+
+@pytest.fixture(scope="module")
+def alfworld(tokenizer) -> Case:
+    if not os.environ.get("ALFWORLD_DATA"):
+        pytest.skip("ALFWORLD_DATA is not set (make test unpacks the games into .data/alfworld)")
+    from envs.alfworld import AlfWorldEnv
+
+    tasks = [t for t in AlfWorldEnv.tasks("valid_unseen") if t.meta["task_type"] == "pick_and_place_simple"][:1]
+    config = CollectConfig.alfworld(group_size=2, max_steps=10, max_prompt_tokens=4096, sampling=_sampling(48, 4096),
+                                    constrained=True, snapshots=True)
+    return _case(tokenizer, AlfWorldEnv, tasks, config, seed=0)
+
+
+CASES = ["sokoban", "textcraft", "webshop", "alfworld"]
+
+
+def _replay(case: Case, root: RootRecord) -> tuple[Any, Obs, list[tuple[str, str]]]:
+    """A fresh env reset to the root's task and stepped through its action prefix; its observation and history."""
+    env = case.make_env()
+    obs, history = env.reset(root.task), []
+    for action in root.actions:
+        history.append((obs.text, action))
+        obs = env.step(action)[0]
+    return env, obs, history
+
+
+def check_command_mask(tokenizer, reply_ids, mask, action: str, fmt: str) -> None:
+    """``mask`` is the smallest contiguous run of reply tokens whose text covers ``action`` where the format puts it
+    (a token straddling the action's edge, e.g. ``]</``, belongs to it); the stop token is outside it."""
+    ids, mask = np.asarray(reply_ids).tolist(), np.asarray(mask)
+    (run,) = np.nonzero(mask)
+    assert len(run) and (np.diff(run) == 1).all() and not mask[-1]
+    start = fmt.index("{action}")
+    end = start + len(action)
+    text = lambda k: tokenizer.decode(ids[:k])  # noqa: E731  the reply's text up to token k
+    assert text(len(ids) - 1) == fmt.format(action=action)
+    assert len(text(run[0])) <= start < len(text(run[0] + 1))  # the first masked token holds the action's start
+    assert len(text(run[-1])) < end <= len(text(run[-1] + 1))  # the last one holds its end
+
+
+def _episode(case: Case, root: RootRecord) -> Episode:
+    return case.rollouts.episodes[root.group * case.config.group_size + root.rollout]
+
+
+# -- 1. roots ----------------------------------------------------------------------------------------------------------
+def _turn(step: int, conf: float, won: bool = False, done: bool = False) -> Turn:
+    """A host turn whose one response token had probability ``conf`` (logp_masked), env reward ``step``."""
+    obs = Obs(text=f"obs {step}", anchor=f"a{step}", admissible=("x", "y"), instruction="do")
+    return Turn(step=step, obs=obs, prompt_ids=np.array([step, 7], np.int32), prompt_truncated=False,
+                response_ids=np.array([1, 2], np.int32), logp=np.full(2, -3.0, np.float32),
+                logp_masked=np.array([np.log(conf), 0.0], np.float32), finish=int(Finish.STOP_TOKEN), reply="r",
+                projected=Projected(action=f"act{step}", valid=True, reason="ok"), next_obs=obs,
+                env_reward=float(step), reward=0.0, valid=True, env_valid=True, won=won, terminated=done and won,
+                truncated=done and not won, crashed=False, info={}, snapshot=("snap", step))
+
+
+def _synthetic(groups: list[list[tuple[bool, list[float]]]]) -> Rollouts:
+    """Rollouts of hand-made episodes: per group, per rollout (won, per-turn confidences)."""
+    episodes = []
+    for g, rollouts in enumerate(groups):
+        task = Task(env="sokoban", task_id=f"t{g}", split="train", seed=g)
+        for r, (won, confs) in enumerate(rollouts):
+            turns = tuple(_turn(t, c, won=won and t == len(confs) - 1, done=t == len(confs) - 1)
+                          for t, c in enumerate(confs))
+            episodes.append(Episode(task=task, task_index=10 + g, group=g, rollout=r, turns=turns))
+    return Rollouts(episodes=tuple(episodes), num_groups=len(groups), group_size=len(groups[0]), live_per_call=(),
+                    padded_per_call=(), prompt_seconds=0.0, generate_seconds=0.0, env_seconds=0.0, total_seconds=0.0)
+
+
+SYNTH = _synthetic([
+    [(True, [0.5, 0.5]), (True, [0.5])],  # all won: no root
+    [(True, [0.5, 0.5, 0.5]), (False, [0.99, 0.5, 0.01, 0.99])],  # one failure: always rollout 1
+    [(False, [0.5, 0.5]), (False, [0.5, 0.5, 0.5])],  # two failures
+    [(False, []), (True, [0.5])],  # a failure without turns: no root
+])
+H_SYNTH = 6
+
+
+def test_one_root_per_group_with_a_failure_at_a_pre_action_turn():
+    """Hand-made groups (all won; one failure; two failures; a turnless failure): over 200 rngs and both gate
+    returns, one root for each group with a failed turn, its fields copied from that turn and prefix, every failed
+    (rollout, turn) drawn, nothing else."""
+    config = CollectConfig(group_size=2, max_steps=H_SYNTH)
+    seen = collections.Counter()
+    for seed in range(200):
+        for gate_on in ("success", "reward"):
+            roots = select_roots(SYNTH, np.random.default_rng(seed), config, gate_on=gate_on)
+            assert [r.group for r in roots] == [1, 2]
+            for root in roots:
+                ep = SYNTH.episodes[root.group * 2 + root.rollout]
+                assert not ep.won and 0 <= root.step < ep.length
+                turn = ep.turns[root.step]
+                assert (root.task, root.task_index) == (ep.task, 10 + root.group)
+                assert root.actions == tuple(f"act{t}" for t in range(root.step))
+                assert root.history == tuple((f"obs {t}", f"act{t}") for t in range(root.step))
+                assert root.obs == turn.obs and root.snapshot == ("snap", root.step)
+                np.testing.assert_array_equal(root.prompt_ids, turn.prompt_ids)
+                assert root.budget == H_SYNTH - root.step
+                # success: the failed rollout's suffix return is 0; reward: the env rewards from t on (t + ... + T-1)
+                expected = 0.0 if gate_on == "success" else float(sum(range(root.step, ep.length)))
+                assert root.suffix_return == expected
+                seen[root.group, root.rollout, root.step] += 1
+    # every failed (rollout, turn) is drawn, nothing else
+    assert set(seen) == {(1, 1, t) for t in range(4)} | {(2, 0, t) for t in range(2)} | {(2, 1, t) for t in range(3)}
+    # the same rng state gives the same roots
+    assert select_roots(SYNTH, np.random.default_rng(3), config) == select_roots(SYNTH, np.random.default_rng(3),
+                                                                                 config)
+
+
+def test_prioritised_roots_prefer_unsure_turns():
+    """Group 1's failed rollout has turn confidences 0.99, 0.5, 0.01, 0.99: prioritised draws follow
+    (1 − c) + 1e-3 normalised, uniform draws 1/4 each (3,000 draws, tolerance 5 standard errors)."""
+    config = CollectConfig(group_size=2, max_steps=H_SYNTH)
+    rng_p, rng_u = np.random.default_rng(0), np.random.default_rng(0)
+    draws = 3000
+    counts = {"prioritised": np.zeros(4), "uniform": np.zeros(4)}
+    for _ in range(draws):
+        counts["prioritised"][select_roots(SYNTH, rng_p, config, mode="prioritised")[0].step] += 1
+        counts["uniform"][select_roots(SYNTH, rng_u, config, mode="uniform")[0].step] += 1
+    p = 1.0 - np.array([0.99, 0.5, 0.01, 0.99]) + 1e-3
+    p /= p.sum()
+    tol = 5 * np.sqrt(0.25 / draws)
+    np.testing.assert_allclose(counts["prioritised"] / draws, p, atol=tol)
+    np.testing.assert_allclose(counts["uniform"] / draws, 0.25, atol=tol)
+    assert counts["prioritised"][2] > 1.5 * counts["prioritised"][1] > 10 * counts["prioritised"][0]
+
+
+# -- 2. restoration and the oracle continuation on real envs -----------------------------------------------------------
+@pytest.mark.parametrize("name", CASES)
+def test_branches_restore_the_root_and_follow_the_oracle(name, request, tokenizer):
+    """Each root against a fresh env replayed from reset (observation, history, prompt, restore of its snapshot),
+    and each branch against that env's own oracle played through the remaining budget."""
+    case: Case = request.getfixturevalue(name)
+    config, groups = case.config, case.rollouts.num_groups
+    failing = {ep.group for ep in case.rollouts.episodes if not ep.won}
+    assert [r.group for r in case.roots] == sorted(failing) and case.roots
+    tmpl = templates(config.prompt)
+    wins = 0
+    for branch in case.run.branches:
+        root = branch.root
+        ep = _episode(case, root)
+        assert not ep.won and root.obs == ep.turns[root.step].obs and root.budget == config.max_steps - root.step
+        env, obs, history = _replay(case, root)
+        assert obs == root.obs and tuple(history) == root.history  # the snapshot is of the state before the action
+        assert case.make_env().restore(root.snapshot) == root.obs  # admissible actions included
+        messages = build_messages(tmpl[root.task.env], obs, history, root.step, config.history_length)
+        assert encode_prompt(tokenizer, messages) == root.prompt_ids.tolist()
+        assert branch.valid and branch.ended in ("won", "done", "budget"), (branch.ended, branch.detail)
+        actions, done, info = [], False, {}
+        while not done and len(actions) < root.budget:
+            actions.append(env.oracle())
+            obs, _, done, info = env.step(actions[-1])
+        assert [s.action for s in branch.steps] == actions and [s.depth for s in branch.steps] == list(
+            range(len(actions)))
+        assert branch.won == bool(done and info["won"]) and branch.oracle_return == float(branch.won)
+        assert branch.ended == ("won" if branch.won else "done" if done else "budget")
+        if name == "sokoban":  # the BFS oracle wins exactly when a shortest solution fits the remaining budget
+            shortest = solution_length(_restored_state(root))
+            assert branch.won == (shortest is not None and shortest <= root.budget)
+        wins += branch.won
+    assert wins >= 1
+    assert case.run.env_steps == sum(len(b.steps) for b in case.run.branches)
+    assert case.primary[0] == case.primary[1]  # the primary rollouts' envs were never touched
+    assert len(case.run.branches) <= groups
+
+
+def _restored_state(root: RootRecord):
+    env = SokobanEnv()
+    env.restore(root.snapshot)
+    return env.state
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_oracle_steps_read_what_the_collector_would_have_shown(name, request, tokenizer):
+    """The collector, fed the root's replies and then the serialised oracle actions, records the same prompts,
+    replies and constrained choices as the branch, and ends the episode the same way."""
+    case: Case = request.getfixturevalue(name)
+    config = case.config.replace(group_size=1)
+    for branch in case.run.branches:
+        root = branch.root
+        replies = [t.reply for t in _episode(case, root).turns[:root.step]]
+        replies += [config.constrained_format.format(action=s.action) for s in branch.steps]
+        policy = Scripted(tokenizer, lambda t, i, replies=replies: replies[t])
+        (ep,) = run_episodes(SerialPool(case.make_env, 1), [root.task], policy, config, KEY).episodes
+        assert ep.length == root.step + len(branch.steps) and ep.won == branch.won
+        np.testing.assert_array_equal(ep.turns[root.step].prompt_ids, root.prompt_ids)
+        for step in branch.steps:
+            turn = ep.turns[root.step + step.depth]
+            np.testing.assert_array_equal(step.prompt_ids, turn.prompt_ids)
+            np.testing.assert_array_equal(step.reply_ids, turn.response_ids)
+            assert step.allowed_ids == turn.allowed_ids
+            assert step.reply_ids[-1] == STOPS[0]
+            check_command_mask(tokenizer, step.reply_ids, step.command_mask, step.action, config.constrained_format)
+
+
+# -- 3. mismatches -----------------------------------------------------------------------------------------------------
+def _credit(branches, config: CollectConfig):
+    """The branches packed into ``NB`` slots and ``CAP`` rows, and their credit with every compatibility 1."""
+    oracle = to_oracle_batch(branches, config, num_branches=NB, capacity=CAP)
+    logp = jnp.zeros(oracle.steps.response_tokens.shape)
+    log_c, mask = step_log_compat(logp, oracle.steps, NB, config.max_steps)
+    return oracle, sero_credit(SeroConfig(), oracle, log_c, mask, KEY), log_c, mask
+
+
+def _same_branch(a, b) -> bool:
+    return ([(s.action, s.prompt_ids.tolist(), s.reply_ids.tolist()) for s in a.steps]
+            == [(s.action, s.prompt_ids.tolist(), s.reply_ids.tolist()) for s in b.steps]
+            and (a.valid, a.ended, a.won, a.oracle_return) == (b.valid, b.ended, b.won, b.oracle_return))
+
+
+def test_a_tampered_record_invalidates_its_branch_only(sokoban, tokenizer):
+    """Observation, snapshot (another room) and prompt tampered, a missing and a failed snapshot: those branches
+    end ``mismatch`` / ``restore_error`` with their reason, count as attempted but not valid, get gate 0; the
+    untouched roots give the same branches as before."""
+    roots, branches = sokoban.roots, sokoban.run.branches
+    assert len(roots) >= 4
+    other = next(r for r in roots if r.task != roots[1].task)
+    tampered = [
+        dataclasses.replace(roots[0], obs=roots[0].obs._replace(text=roots[0].obs.text.replace("#", "_", 1))),
+        dataclasses.replace(roots[1], snapshot=other.snapshot),  # another room
+        dataclasses.replace(roots[2], prompt_ids=np.concatenate([roots[2].prompt_ids[:-1], [0]]).astype(np.int32)),
+        *roots[3:],
+        dataclasses.replace(roots[3], snapshot=None),
+        dataclasses.replace(roots[3], snapshot=RuntimeError("snapshot failed")),
+    ]
+    run = run_branches(SerialPool(SokobanEnv, len(tampered)), range(len(tampered)), tampered, tokenizer,
+                       sokoban.config)
+    out = run.branches
+    assert [b.ended for b in out[:3]] == ["mismatch"] * 3 and not any(b.valid or b.steps for b in out[:3])
+    assert "text" in out[0].detail and "text" in out[1].detail and "prompt" in out[2].detail
+    assert [b.ended for b in out[-2:]] == ["restore_error"] * 2 and not any(b.valid or b.steps for b in out[-2:])
+    assert "snapshot failed" in out[-1].detail and "CollectConfig.snapshots" in out[-2].detail
+    for b, ref in zip(out[3:-2], branches[3:], strict=True):
+        assert _same_branch(b, ref)
+    n = len(tampered)
+    oracle, credit, log_c, mask = _credit(out, sokoban.config)
+    gate = np.asarray(credit["gate_b"])[:n]
+    assert (gate[:3] == 0).all() and (gate[-2:] == 0).all()
+    np.testing.assert_array_equal(gate[3:-2], [float(b.won) for b in out[3:-2]])
+    assert int(credit["num_roots"]) == n  # the invalid branches stay in the denominator
+    metrics = branch_metrics(run, oracle, credit, log_c, mask)
+    assert (metrics["ended_mismatch"], metrics["ended_restore_error"]) == (3, 2)
+    assert metrics["roots_attempted"] == n and metrics["roots_valid"] == n - 5
+
+
+# -- 4. exceptions and crashes -----------------------------------------------------------------------------------------
+class Poison(NamedTuple):
+    """A snapshot marked for :class:`FlakySokoban`: ``where`` in "restore", "oracle" (at depth 1), "step"."""
+
+    where: str
+    inner: Any
+
+
+class FlakySokoban(SokobanEnv):
+    """Sokoban whose restore, oracle (its second call) or step raises after restoring a :class:`Poison`."""
+
+    poison: str | None = None
+    oracle_calls = 0
+
+    def restore(self, snapshot):
+        self.poison, self.oracle_calls = None, 0
+        if isinstance(snapshot, Poison):
+            if snapshot.where == "restore":
+                raise RuntimeError("poisoned restore")
+            self.poison, snapshot = snapshot.where, snapshot.inner
+        return super().restore(snapshot)
+
+    def oracle(self):
+        self.oracle_calls += 1
+        if self.poison == "oracle" and self.oracle_calls == 2:
+            raise RuntimeError("poisoned oracle")
+        return super().oracle()
+
+    def _step(self, action):
+        if self.poison == "step":
+            raise RuntimeError("poisoned step")
+        return super()._step(action)
+
+
+def test_an_env_that_raises_loses_its_branch_only(sokoban, tokenizer):
+    """Restore raising: ``restore_error``; oracle raising at depth 1: ``oracle_error``, its first step kept, still
+    valid, not won; step raising: ``crash``, invalid; the other branches unchanged; gate and coefficients 0."""
+    deep = [i for i, b in enumerate(sokoban.run.branches) if len(b.steps) >= 2]
+    assert len(deep) >= 2 and len(sokoban.roots) >= 4
+    poisoned = {deep[0]: "oracle", deep[1]: "step"}
+    poisoned[min(set(range(len(sokoban.roots))) - set(poisoned))] = "restore"
+    restore_err = next(i for i, where in poisoned.items() if where == "restore")
+    roots = [dataclasses.replace(r, snapshot=Poison(poisoned[i], r.snapshot)) if i in poisoned else r
+             for i, r in enumerate(sokoban.roots)]
+    pool = SerialPool(FlakySokoban, len(roots))
+    out = run_branches(pool, range(len(roots)), roots, tokenizer, sokoban.config).branches
+    ref = sokoban.run.branches
+    assert out[restore_err].ended == "restore_error" and "poisoned restore" in out[restore_err].detail
+    assert not out[restore_err].valid and not out[restore_err].steps
+    oracle_err = out[deep[0]]  # keeps its first step, stays valid, fails to improve
+    assert oracle_err.ended == "oracle_error" and "poisoned oracle" in oracle_err.detail and oracle_err.valid
+    assert [s.action for s in oracle_err.steps] == [ref[deep[0]].steps[0].action] and not oracle_err.won
+    step_err = out[deep[1]]  # the env raised in step: truncated by the pool, the branch is lost
+    assert step_err.ended == "crash" and "poisoned step" in step_err.detail and not step_err.valid
+    assert len(step_err.steps) == 1
+    for i, (b, r) in enumerate(zip(out, ref, strict=True)):
+        if i not in poisoned:
+            assert _same_branch(b, r)
+    oracle, credit, _, _ = _credit(out, sokoban.config)
+    coef, group = np.asarray(credit["coef_n"]), np.asarray(oracle.steps.group)
+    for i in poisoned:
+        assert credit["gate_b"][i] == 0 and (coef[group == i] == 0).all()
+
+
+class Saboteur:
+    """The branch pool, SIGKILLing the worker of ``kill[(call, k)]`` before the ``k``-th ``call`` ("oracle",
+    "step")."""
+
+    def __init__(self, pool: EnvPool, kill: dict[tuple[str, int], int]):
+        self.pool, self.kill, self.num_slots = pool, kill, pool.num_slots
+        self.calls = collections.Counter()
+
+    def _sabotage(self, call: str) -> None:
+        slot = self.kill.get((call, self.calls[call]))
+        self.calls[call] += 1
+        if slot is not None:
+            os.kill(self.pool.worker_pids()[self.pool.worker_of(slot)], signal.SIGKILL)
+
+    def restore(self, slots, snaps, *, strict=True):
+        return self.pool.restore(slots, snaps, strict=strict)
+
+    def oracle(self, slots, *, strict=True):
+        self._sabotage("oracle")
+        return self.pool.oracle(slots, strict=strict)
+
+    def step(self, actions):
+        self._sabotage("step")
+        return self.pool.step(actions)
+
+
+def test_a_crashed_worker_loses_its_branch_only(sokoban, tokenizer):
+    """Three branches in three workers: the first's worker dies before the first oracle call, the second's before
+    the first env step; the third runs as in the serial pool."""
+    ref = sokoban.run.branches[:3]
+    assert all(b.steps for b in ref)
+    with EnvPool(SokobanEnv, num_slots=3, num_workers=3, timeout=60.0) as pool:
+        run = run_branches(Saboteur(pool, {("oracle", 0): 0, ("step", 0): 1}), [0, 1, 2], sokoban.roots[:3],
+                           tokenizer, sokoban.config)
+    out = run.branches
+    assert out[0].ended == "crash" and not out[0].valid and not out[0].steps and "SIGKILL" in out[0].detail
+    assert out[1].ended == "crash" and not out[1].valid and len(out[1].steps) == 1 and "SIGKILL" in out[1].detail
+    assert _same_branch(out[2], ref[2])
+    oracle, credit, log_c, mask = _credit(out, sokoban.config)
+    assert (np.asarray(credit["coef_n"])[np.asarray(oracle.steps.group) < 2] == 0).all()
+    assert branch_metrics(run, oracle, credit, log_c, mask)["ended_crash"] == 2
+
+
+# -- 5. packing --------------------------------------------------------------------------------------------------------
+def test_oracle_batch_rows_are_branch_major_with_command_masks(sokoban, tokenizer):
+    """The Sokoban branches packed with padding rows and branch slots, field by field against the host records,
+    and the row coefficients of random behaviour log-probs against a by-hand product of compatibilities."""
+    config, branches = sokoban.config, sokoban.run.branches
+    rows = [(b, s) for b, br in enumerate(branches) for s in br.steps]
+    n, nb, cap = len(rows), NB, CAP
+    pad = nb - len(branches)
+    assert pad >= 2 and cap > n
+    oracle = to_oracle_batch(branches, config, num_branches=nb, capacity=cap)
+    st = types.SimpleNamespace(**{f.name: np.asarray(getattr(oracle.steps, f.name))
+                                  for f in dataclasses.fields(oracle.steps)})
+    lp, lr = config.max_prompt_tokens, config.max_response_tokens
+    assert st.prompt_tokens.shape == (cap, lp) and st.response_tokens.shape == (cap, lr)
+    np.testing.assert_array_equal(st.row_mask, np.arange(cap) < n)
+    np.testing.assert_array_equal(st.group[:n], [b for b, _ in rows])  # branch-major ...
+    np.testing.assert_array_equal(st.step[:n], [s.depth for _, s in rows])  # ... in depth order
+    assert (np.diff(st.group[:n]) >= 0).all()
+    for r, (b, s) in enumerate(rows):
+        k, m = len(s.prompt_ids), len(s.reply_ids)
+        np.testing.assert_array_equal(st.prompt_tokens[r, lp - k:], s.prompt_ids)
+        np.testing.assert_array_equal(st.prompt_mask[r], np.arange(lp) >= lp - k)
+        np.testing.assert_array_equal(st.response_tokens[r, :m], s.reply_ids)
+        cmd = st.response_mask[r]
+        assert not cmd[m:].any()
+        np.testing.assert_array_equal(cmd[:m], s.command_mask)
+        check_command_mask(tokenizer, st.response_tokens[r, :m], cmd[:m], s.action, config.constrained_format)
+        assert tokenizer.decode(st.response_tokens[r][cmd]) == s.action  # Sokoban: exactly the action's tokens
+        assert st.task[r] == branches[b].root.task_index and st.valid[r]
+        for j, choices in enumerate(s.allowed_ids):
+            assert tuple(a for a in st.allowed_tokens[r, j] if a >= 0) == choices
+    assert not st.prompt_mask[n:].any() and not st.response_mask[n:].any()
+    np.testing.assert_array_equal(oracle.attempted, np.arange(nb) < len(branches))
+    np.testing.assert_array_equal(oracle.valid, [b.valid for b in branches] + [False] * pad)
+    np.testing.assert_array_equal(oracle.oracle_return, [b.oracle_return for b in branches] + [0] * pad)
+    np.testing.assert_array_equal(oracle.suffix_return, [b.root.suffix_return for b in branches] + [0] * pad)
+
+    # coefficients by hand: c_j = exp(mean command-token logp), w_j = prod_{i<j} c_i, coef = gate * w / #roots
+    logp = -jax.random.uniform(jax.random.key(1), st.response_tokens.shape, maxval=2.0)
+    log_c, mask = step_log_compat(logp, oracle.steps, nb, config.max_steps)
+    credit = sero_credit(SeroConfig(), oracle, log_c, mask, KEY)
+    logp = np.asarray(logp)
+    expected = np.zeros(cap)
+    for b, br in enumerate(branches):
+        gate = float(br.valid and br.oracle_return > br.root.suffix_return)
+        w = 1.0
+        for r in [r for r, (bb, _) in enumerate(rows) if bb == b]:
+            expected[r] = gate * w / len(branches)
+            w *= np.exp(logp[r][st.response_mask[r]].mean())
+    np.testing.assert_allclose(np.asarray(credit["coef_n"]), expected, rtol=1e-5, atol=1e-7)
+    assert expected.any() and (np.asarray(credit["coef_n"])[n:] == 0).all()  # padding rows never weighted
+
+    # a smaller capacity keeps the first rows (branch-major) and drops the rest
+    small = to_oracle_batch(branches, config, num_branches=nb, capacity=n - 1)
+    np.testing.assert_array_equal(np.asarray(small.steps.group), st.group[:n - 1])
+    np.testing.assert_array_equal(np.asarray(small.steps.prompt_tokens), st.prompt_tokens[:n - 1])
+    with pytest.raises(ValueError, match="branch slots"):
+        to_oracle_batch(branches, config, num_branches=len(branches) - 1, capacity=cap)
+
+
+# -- 7. no oracle at evaluation ----------------------------------------------------------------------------------------
+@pytest.fixture
+def no_oracle(monkeypatch) -> collections.Counter:
+    """Every env class's ``oracle`` raises (and counts its calls)."""
+    from envs.alfworld.env import AlfWorldEnv
+    from envs.textcraft.env import TextCraftSynthEnv
+    from envs.textworld.env import TextWorldCookingEnv
+    from envs.textworld_sync.env import TextWorldSyncEnv
+    from envs.webshop.env import WebShopEnv
+
+    calls = collections.Counter()
+    for cls in (SokobanEnv, TextCraftEnv, TextCraftSynthEnv, WebShopEnv, AlfWorldEnv, TextWorldCookingEnv,
+                TextWorldSyncEnv):
+        def oracle(self, _name=cls.__name__):
+            calls[_name] += 1
+            raise RuntimeError(f"{_name}.oracle called")
+
+        monkeypatch.setattr(cls, "oracle", oracle)
+    return calls
+
+
+def test_evaluation_never_calls_the_oracle_but_the_sero_branch_does(no_oracle, tmp_path):
+    """The trainer's pieces as ``loop.train`` uses them (``loop.setup`` of a tiny Sokoban SERO run; ``evaluate`` with
+    the loop's arguments; the update's SERO branch on a training batch), without compiling an update: both
+    evaluations (before and after the branch used the pool's branch slots) run without one oracle call and agree
+    episode by episode; the branch asks the oracle once per root, and every branch then ends ``oracle_error`` with
+    no row trained."""
+    from agentjax.train import loop
+    from tests.train.test_loop import small_run
+
+    with pytest.raises(RuntimeError, match="SokobanEnv.oracle called"):
+        SokobanEnv().oracle()
+    no_oracle.clear()
+    run = small_run(tmp_path, "graphgpo", eval_tasks=2, eval_seeds=2)
+    run = run.with_sizes(num_groups=2, group_size=2, max_steps=6, micro_batch_size=4)
+    run = run.replace(train=run.train.replace(sero=SeroConfig(micro_batch_size=4)))
+    t = loop.setup(run)
+    try:
+        loop.sync_model(t.model, t.state, copy=False)
+        t.sampler.update_weights(t.model)
+
+        def evaluate():
+            return loop.evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect, loop.eval_key(run.train.seed),
+                                 task_indices=range(len(t.eval_tasks)))
+
+        before = evaluate()
+        assert before["episodes"] == 4 and sum(no_oracle.values()) == 0
+        idx = [0, 1]
+        rollouts = loop.run_episodes(t.pool, [t.train_tasks[i] for i in idx], t.sampler, run.train_collect, KEY,
+                                     task_indices=idx)
+        rows, metrics, oracle, _ = t.sero.branch(t.state.params, rollouts, KEY)
+        after = evaluate()
+    finally:
+        t.pool.close()
+        t.checkpoints.close()
+    assert metrics["roots_attempted"] >= 1 and dict(no_oracle) == {"SokobanEnv": metrics["roots_attempted"]}
+    assert metrics["ended_oracle_error"] == metrics["roots_attempted"] == metrics["roots_valid"]
+    assert metrics["oracle_steps"] == 0 and metrics["roots_gated"] == 0 and not np.asarray(rows.coef).any()
+    assert after["outcomes"] == before["outcomes"] and after["return_mean"] == before["return_mean"]
+
+
+def test_textcraft_evaluation_needs_no_oracle(no_oracle, tokenizer):
+    """TextCraft as the tiny preset plays it (``admissible=True``: the listing holds the planner's next command, which
+    the env computes with its planner, never through ``oracle``)."""
+    from flax import nnx
+
+    from agentjax.models import Qwen, QwenConfig, Sampler
+    from agentjax.train.eval import eval_key, evaluate
+
+    model = Qwen(QwenConfig.tiny_qwen2(vocab_size=151_936, d_model=32, mlp_dim=64, num_layers=1, head_dim=8),
+                 rngs=nnx.Rngs(0))
+    config = CollectConfig(group_size=2, max_steps=2, max_prompt_tokens=2048, sampling=_sampling(16, 512),
+                           row_keys=True)
+    tasks = TextCraftEnv.tasks("val")[:1]
+    pool = SerialPool(functools.partial(TextCraftEnv, admissible=True), 2)
+    out = evaluate(pool, tasks, Sampler(model, tokenizer), config, eval_key(0),
+                   task_indices=[0])
+    assert out["episodes"] == 2 and out["episode_length_mean"] == 2 and out["success_rate"] == 0.0
+    assert sum(no_oracle.values()) == 0
