@@ -89,15 +89,16 @@ def ablation_runs(method: str, seed: int, *, results: str = RESULTS, updates: in
             for name, sero in ablation_configs().items() if name != "sero"}
 
 
-def extra_updates(sero_run: RunConfig) -> int:
-    """How many updates of the base method cost as many environment steps as ``sero_run``'s branches (§A.2):
-    ``ceil(Σ sero/env_steps / mean primary env steps an update)``, from the run's metrics."""
+def extra_updates(sero_run: RunConfig, updates: int | None = None) -> int:
+    """How many updates of the base method cost as many environment steps as ``updates`` (default: the run's own)
+    updates of ``sero_run``'s branches (§A.2): ``ceil(updates · mean sero/env_steps / mean primary env steps)`` an
+    update, from the run's metrics."""
     lines = [x for x in read_metrics(sero_run.out_dir) if "sero/env_steps" in x]
     if not lines:
         raise FileNotFoundError(f"{sero_run.out_dir} has no SERO metrics: run it before its matched baseline")
-    branch = sum(x["sero/env_steps"] for x in lines)
+    branch = sum(x["sero/env_steps"] for x in lines) / len(lines)
     primary = sum(x["rollout/num_turns"] for x in lines) / len(lines)
-    return math.ceil(branch / primary)
+    return math.ceil((updates or len(lines)) * branch / primary)
 
 
 def matched_run(method: str, seed: int, extra: int, *, results: str = RESULTS, updates: int | None = None,

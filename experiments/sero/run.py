@@ -114,8 +114,12 @@ def header(runs: Runs, title: str, command: str) -> str:
 
 
 def report(runs: Runs, results: str, name: str, title: str, command: str) -> dict:
-    done = {k: r for k, r in runs.items() if os.path.exists(os.path.join(r.out_dir, "metrics.jsonl"))}
-    table = write_report(done, results, name, header(done, title, command), baselines=baselines(done),
+    done = {k: r for k, r in runs.items() if finished(r)}  # a run cut short would report its last eval as final
+    missing = sorted(f"{lab} seed {s}" for (lab, s) in runs if (lab, s) not in done)
+    if not done:
+        raise SystemExit(f"no finished runs to report ({', '.join(missing)})")
+    note = f"Not run to the end (left out): {', '.join(missing)}.\n\n" if missing else ""
+    table = write_report(done, results, name, header(done, title, command) + note, baselines=baselines(done),
                          baseline_column="base")
     branches = branch_table(done)
     if branches:
@@ -165,19 +169,24 @@ def main(argv: list[str] | None = None) -> int:
         for (lab, seed), run in list(runs.items()):
             if lab.endswith("+sero") and finished(run):
                 method = lab.split("+")[0]
-                matched[(f"{method}:matched", seed)] = matched_run(method, seed, extra_updates(run),
+                matched[(f"{method}:matched", seed)] = matched_run(method, seed, extra_updates(run, args.updates),
                                                                    results=args.results, updates=args.updates)
         if not args.report_only:
             run_all(matched, args.jobs)
         runs |= matched
     folder = os.path.join(args.results, "runs", "smoke") if args.smoke else args.results
-    command = "python experiments/sero/run.py" + (" --smoke" if args.smoke else "")
+    given, skip = [], False  # the command line that made the runs: without --report-only and --jobs N
+    for a in sys.argv[1:] if argv is None else argv:
+        if not skip and a not in ("--report-only", "--jobs"):
+            given.append(a)
+        skip = a == "--jobs"
+    command = " ".join(["python experiments/sero/run.py", *given])
     main_runs = {k: r for k, r in runs.items() if ":" not in k[0]}
     report(main_runs, folder, "smoke" if args.smoke else "tiny", "SERO tiny experiment", command)
     extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] == f"{args.methods[0]}+sero"
              or k[0] == args.methods[0]}
     if len({lab for lab, _ in extra}) > 2:
-        report(extra, folder, "ablations", "SERO ablations", command + " --ablations --matched")
+        report(extra, folder, "ablations", "SERO ablations", command)
     return 0
 
 
