@@ -37,8 +37,8 @@ import dataclasses
 import functools
 import json
 import os
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -125,17 +125,18 @@ ENV_VARS = {  # variable -> (field, parser)
 }
 
 
-def config_from_env(environ: Mapping[str, str] = os.environ) -> AnalysisConfig:
-    """:meth:`AnalysisConfig.small` if ``AGENTJAX_NOTEBOOK_SMALL=1`` else ``full``, overridden by :data:`ENV_VARS`.
-
-    A value that does not parse raises ``ValueError`` naming the variable and the expected form.
+def notebook_config(cls: Any, env_vars: Mapping[str, tuple[str, Callable[[str], Any]]],
+                    environ: Mapping[str, str]) -> Any:
+    """A notebook's settings: ``cls.small()`` if ``AGENTJAX_NOTEBOOK_SMALL=1`` else ``cls.full()``, each field of
+    ``env_vars`` (``{VARIABLE: (field, parse)}``) overridden where the variable is set. A value that does not parse
+    raises ``ValueError`` naming the variable and the expected form (shared with experiments/sero/reachability.py).
     """
     small = environ.get("AGENTJAX_NOTEBOOK_SMALL", "0").strip()
     if small not in ("0", "1", ""):
         raise ValueError(f"AGENTJAX_NOTEBOOK_SMALL must be 0 or 1, got {small!r}")
-    base = AnalysisConfig.small() if small == "1" else AnalysisConfig.full()
+    base = cls.small() if small == "1" else cls.full()
     updates = {}
-    for var, (field, parse) in ENV_VARS.items():
+    for var, (field, parse) in env_vars.items():
         if environ.get(var, "").strip():
             try:
                 updates[field] = parse(environ[var])
@@ -146,8 +147,13 @@ def config_from_env(environ: Mapping[str, str] = os.environ) -> AnalysisConfig:
     try:
         return dataclasses.replace(base, **updates)
     except ValueError as e:
-        given = ", ".join(f"{var}={environ[var]!r}" for var in ENV_VARS if environ.get(var, "").strip())
+        given = ", ".join(f"{var}={environ[var]!r}" for var in env_vars if environ.get(var, "").strip())
         raise ValueError(f"{e} (from the environment: {given})") from e
+
+
+def config_from_env(environ: Mapping[str, str] = os.environ) -> AnalysisConfig:
+    """:meth:`AnalysisConfig.small` or ``full`` overridden by :data:`ENV_VARS` (:func:`notebook_config`)."""
+    return notebook_config(AnalysisConfig, ENV_VARS, environ)
 
 
 # -- the scripted policy and its rollouts -----------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from agentjax.train.runconfig import RunConfig, WarmStart, run_from_dict
 from agentjax.train.sero import SERO_KEY, sero_credit, step_log_compat
 from agentjax.train.state import abstract_state, policy_params
 from agentjax.train.warmstart import cache_key, run_demonstrations, supervised
+from experiments.crbc.credit_analysis import notebook_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_RUN = "experiments/sero/results/runs/tiny/graphgpo+sero/seed0"
@@ -133,24 +134,9 @@ ENV_VARS = {  # variable -> (field, parser)
 
 def config_from_env(environ: Mapping[str, str] = os.environ) -> ReachabilityConfig:
     """:meth:`ReachabilityConfig.small` if ``AGENTJAX_NOTEBOOK_SMALL=1`` else ``full``, overridden by
-    :data:`ENV_VARS`; a value that does not parse raises ``ValueError`` naming the variable."""
-    small = environ.get("AGENTJAX_NOTEBOOK_SMALL", "0").strip()
-    if small not in ("0", "1", ""):
-        raise ValueError(f"AGENTJAX_NOTEBOOK_SMALL must be 0 or 1, got {small!r}")
-    base = ReachabilityConfig.small() if small == "1" else ReachabilityConfig.full()
-    updates = {}
-    for var, (field, parse) in ENV_VARS.items():
-        if environ.get(var, "").strip():
-            try:
-                updates[field] = parse(environ[var])
-            except ValueError as e:
-                raise ValueError(f"{var}={environ[var]!r} does not parse ({e}); expected a value like "
-                                 f"{getattr(base, field)!r}") from e
-    try:
-        return dataclasses.replace(base, **updates)
-    except ValueError as e:
-        given = ", ".join(f"{var}={environ[var]!r}" for var in ENV_VARS if environ.get(var, "").strip())
-        raise ValueError(f"{e} (from the environment: {given})") from e
+    :data:`ENV_VARS`; a value that does not parse raises ``ValueError`` naming the variable
+    (:func:`experiments.crbc.credit_analysis.notebook_config`)."""
+    return notebook_config(ReachabilityConfig, ENV_VARS, environ)
 
 
 # -- the policy pair --------------------------------------------------------------------------------------------------
