@@ -3,7 +3,8 @@
 ::
 
     agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} \\
-                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync} \\
+                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync,
+                          textworld_cooking_sync} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
                    [--sero] [--sero.FIELD VALUE ...]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]

@@ -1,5 +1,16 @@
-"""The agent side: prompt templates per environment and the projection of replies onto actions."""
+"""The agent side: prompt templates per environment, the projection of replies onto actions, and the recursive
+agents' tree data, reply grammars and judges (the TextCraft tree world: :mod:`agentjax.agents.textcraft_tree`)."""
 
+from agentjax.agents.grammar import Call, Delegation, Reply, Role, parse_textcraft, parse_textworld
+from agentjax.agents.judge import (
+    HTTPJudge,
+    Judge,
+    JudgeRequest,
+    ProgramJudge,
+    SamplerJudge,
+    Verdict,
+    VerifierJudge,
+)
 from agentjax.agents.projection import (
     FALLBACK_CHARS,
     INVALID_PENALTY,
@@ -19,6 +30,7 @@ from agentjax.agents.prompts import (
     TEXTCRAFT,
     TEXTCRAFT_SYNTH,
     TEXTWORLD,
+    TEXTWORLD_COOKING_SYNC,
     TEXTWORLD_SYNC,
     WEBSHOP,
     ChatTokenizer,
@@ -30,6 +42,7 @@ from agentjax.agents.prompts import (
     render_history,
     task_description,
 )
+from agentjax.agents.tree import Goal, Node, NodeTurn, Status, Tree, TreeLimits, TreeWorld, render_tree
 
 __all__ = [
     "ALFWORLD",
@@ -41,21 +54,43 @@ __all__ = [
     "TEXTCRAFT",
     "TEXTCRAFT_SYNTH",
     "TEXTWORLD",
+    "TEXTWORLD_COOKING_SYNC",
     "TEXTWORLD_SYNC",
     "WEBSHOP",
+    "Call",
     "ChatTokenizer",
+    "Delegation",
+    "Goal",
+    "HTTPJudge",
+    "Judge",
+    "JudgeRequest",
+    "Node",
+    "NodeTurn",
+    "ProgramJudge",
     "Projected",
     "PromptTemplate",
     "Reason",
+    "Reply",
+    "Role",
+    "SamplerJudge",
+    "Status",
+    "Tree",
+    "TreeLimits",
+    "TreeWorld",
+    "Verdict",
+    "VerifierJudge",
     "build_messages",
     "build_prompt",
     "encode_prompt",
     "normalize",
+    "parse_textcraft",
+    "parse_textworld",
     "project_action",
     "project_sokoban",
     "project_textcraft",
     "project_webshop",
     "render_admissible",
     "render_history",
+    "render_tree",
     "task_description",
 ]

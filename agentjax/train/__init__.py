@@ -41,6 +41,7 @@ from agentjax.train.metrics import (
     to_floats,
     update_metrics,
 )
+from agentjax.train.schedule import STAGES, ScheduleState, StageSchedule, init_schedule, stage_at, stage_name
 from agentjax.train.state import (
     TrainState,
     abstract_state,
@@ -64,6 +65,7 @@ from agentjax.train.update import (
 
 __all__ = [
     "CREDIT_METHODS",
+    "STAGES",
     "Advantages",
     "CRBCCredit",
     "CheckpointError",
@@ -84,6 +86,8 @@ __all__ = [
     "RLOOCredit",
     "Restored",
     "RolloutConfig",
+    "ScheduleState",
+    "StageSchedule",
     "StageTimer",
     "TrainConfig",
     "TrainState",
@@ -94,6 +98,7 @@ __all__ = [
     "compute_advantages",
     "credit_for",
     "fingerprint",
+    "init_schedule",
     "init_state",
     "init_value_head",
     "make_logprob_fn",
@@ -106,6 +111,8 @@ __all__ = [
     "policy_params",
     "read_metrics",
     "rollout_metrics",
+    "stage_at",
+    "stage_name",
     "sync_model",
     "to_floats",
     "update_metrics",

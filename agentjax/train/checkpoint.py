@@ -1,8 +1,9 @@
 """Orbax checkpoints of a whole `TrainState`, atomic, keep-N, verified on restore, with fallback past corrupt ones.
 
 Layout: ``<directory>/<step>/state`` (the state pytree: params, optimizer state, reference params, value head,
-PRNG stream, step, data position, skip count) and ``<directory>/<step>/meta`` (JSON: step, data position, a
-fingerprint of every array, the caller's metadata such as the config). A resumed run restores all of it, so it
+PRNG stream, step, data position, skip count; the stage schedule's state where the method has one) and
+``<directory>/<step>/meta`` (JSON: step, data position, a fingerprint of every array, the caller's metadata such
+as the config). A resumed run restores all of it, so it
 continues to the same numbers as an uninterrupted one (tests/train/test_checkpoint.py checks bitwise equality).
 
 Atomicity is orbax's: a checkpoint is written under a temporary name and renamed into place when complete
@@ -88,6 +89,15 @@ def fingerprint(tree: Any) -> dict[str, int]:
     return {jax.tree_util.keystr(p): int(v) for (p, _), v in zip(flat, values, strict=True)}
 
 
+def _saved_form(state: TrainState) -> TrainState | dict[str, Any]:
+    """What is written for ``state``: the state itself, or, without a stage schedule, its other fields as a dict —
+    the layout of every checkpoint from before TrainState had the ``schedule`` field, so those restore unchanged
+    (and the arrays and fingerprints are the same either way)."""
+    if state.schedule is not None:
+        return state
+    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "schedule"}
+
+
 def _abstract(x: Any) -> jax.ShapeDtypeStruct:
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
@@ -122,7 +132,7 @@ class Checkpointer:
         step = int(state.step)
         meta = {"format": FORMAT, "step": step, "data_position": int(state.data_position), "time": time.time(),
                 "fingerprints": fingerprint(state), "metadata": metadata or {}}
-        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_saved_form(state)),
                                                          meta=ocp.args.JsonSave(meta)))
         return step
 
@@ -144,9 +154,10 @@ class Checkpointer:
         ``jax.ShapeDtypeStruct`` tree) and verify every array's fingerprint; raises on any failure."""
         self.wait()
         abstract = jax.tree.map(_abstract, like)
-        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
+        target = _saved_form(abstract)
+        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                                   meta=ocp.args.JsonRestore()))
-        meta, state = out.meta, out.state
+        meta, state = out.meta, (TrainState(**out.state) if isinstance(out.state, dict) else out.state)
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or "fingerprints" not in meta:
             raise CheckpointError(f"{self.step_path(step)}: metadata missing or of an unknown format")
         got = fingerprint(state)

@@ -3,7 +3,9 @@
 The model's structure (``nnx.graphdef``) stays out of the state; its parameters are an ``nnx.State`` of plain
 arrays, so the state can be donated to a jitted update, sharded, and saved by orbax as it is. The trainable
 tree is ``{"policy": params, "value_head": head}`` (``head`` empty unless the method is PPO) and the optimizer
-state belongs to that tree.
+state belongs to that tree. Methods with a stage schedule (SERA, RAO) also carry its
+:class:`~agentjax.train.schedule.ScheduleState` (``schedule``), so a resumed run lands on the same stage; for the
+others the field is None and the state has the same arrays as before the field existed.
 
 ``init_state`` copies the model's parameters, so the model object keeps valid arrays after the state is donated;
 :func:`sync_model` writes the state's parameters back into a model (e.g. before sampling with it).
@@ -22,6 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from agentjax.train.config import OptimizerConfig, TrainConfig
+from agentjax.train.schedule import init_schedule
 
 Params = Any  # an ``nnx.State`` of arrays (nnx.State's own hint is too loose for runtime type checks)
 
@@ -42,6 +45,7 @@ class TrainState:
     rng: Any  # [2] uint32, raw key data of the run's PRNG stream (see `next_key`)
     data_position: Any  # [] int32, position in the task stream (batches drawn), advanced by the loop
     nonfinite: Any  # [] int32, updates skipped for a NaN/Inf loss or gradient
+    schedule: Any = None  # ScheduleState (SERA / RAO stage schedule: [] int32 step, skipped) or None
 
     @property
     def trainable(self) -> dict[str, Any]:
@@ -85,7 +89,8 @@ def policy_params(model: nnx.Module) -> Params:
     return params
 
 
-def _build(config: TrainConfig, params: Params, rng: jax.Array, tx: optax.GradientTransformation) -> TrainState:
+def _build(config: TrainConfig, params: Params, rng: jax.Array, tx: optax.GradientTransformation,
+           schedule: bool = False) -> TrainState:
     params = jax.tree.map(jnp.copy, params)
     ref = jax.tree.map(jnp.copy, params) if config.loss.kl_coef > 0 else {}
     head = init_value_head(config.model.arch.d_model) if config.is_ppo else {}
@@ -93,6 +98,7 @@ def _build(config: TrainConfig, params: Params, rng: jax.Array, tx: optax.Gradie
         step=jnp.zeros((), jnp.int32), params=params, value_head=head,
         opt_state=tx.init({"policy": params, "value_head": head}), ref_params=ref, rng=rng,
         data_position=jnp.zeros((), jnp.int32), nonfinite=jnp.zeros((), jnp.int32),
+        schedule=init_schedule() if schedule else None,
     )
 
 
@@ -101,18 +107,21 @@ def init_state(
     model: nnx.Module,
     key: PRNGKeyArray,
     tx: optax.GradientTransformation | None = None,
+    *,
+    schedule: bool = False,
 ) -> TrainState:
     """A fresh state: copies of the model's parameters (policy and, if ``kl_coef > 0``, the frozen reference),
-    a zero value head for PPO, the optimizer state of ``tx`` (default :func:`make_optimizer`) and ``key``.
+    a zero value head for PPO, the optimizer state of ``tx`` (default :func:`make_optimizer`) and ``key``; with
+    ``schedule``, a fresh stage-schedule state (:func:`agentjax.train.schedule.init_schedule`).
 
     Pass the same ``tx`` to :func:`agentjax.train.update.make_update`.
     """
     tx = tx if tx is not None else make_optimizer(config.optimizer)
-    return _onto_mesh(_build(config, policy_params(model), jax.random.key_data(key), tx))
+    return _onto_mesh(_build(config, policy_params(model), jax.random.key_data(key), tx, schedule))
 
 
 def abstract_state(
-    config: TrainConfig, model: nnx.Module, tx: optax.GradientTransformation | None = None
+    config: TrainConfig, model: nnx.Module, tx: optax.GradientTransformation | None = None, *, schedule: bool = False
 ) -> TrainState:
     """The structure, shapes, dtypes and shardings of :func:`init_state`'s state as ``jax.ShapeDtypeStruct``
     leaves, without allocating it: the restore target of a checkpoint (a real state would hold a second copy of
@@ -124,7 +133,8 @@ def abstract_state(
     """
     tx = tx if tx is not None else make_optimizer(config.optimizer)
     params = policy_params(model)
-    shapes = jax.eval_shape(lambda p, r: _build(config, p, r, tx), params, jax.random.key_data(jax.random.key(0)))
+    shapes = jax.eval_shape(lambda p, r: _build(config, p, r, tx, schedule), params,
+                            jax.random.key_data(jax.random.key(0)))
     param_sh = jax.tree.map(lambda x: x.sharding, params)
     meshes = {x.mesh for x in jax.tree.leaves(param_sh) if isinstance(x, NamedSharding)}
     if len(meshes) > 1:
@@ -138,7 +148,7 @@ def abstract_state(
                                    transform_non_params=lambda _: other)
     shardings = TrainState(step=other, params=param_sh, value_head=head_sh, opt_state=opt_sh,
                            ref_params=param_sh if config.loss.kl_coef > 0 else {}, rng=other, data_position=other,
-                           nonfinite=other)
+                           nonfinite=other, schedule=jax.tree.map(lambda _: other, shapes.schedule))
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 

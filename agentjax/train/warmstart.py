@@ -23,6 +23,14 @@ config, the demonstration count, the loss curve). The hash covers the warm-start
 initial checkpoint, the env and its kwargs, the prompt settings and the tokenizer, so every method and RL seed
 of an experiment reads one identical warm start.
 
+Reproducibility: a build is a pure function of the cache key's inputs *and* of how XLA:CPU orders its float sums,
+which follows the code of the forward/backward pass, the jax/jaxlib version and the number of CPU cores XLA sees
+(its thread pool partitions the matmuls). Measured: the same build in separate processes on this 2-core machine, idle
+or beside other jobs, with different ``PYTHONHASHSEED`` values, gave bit-identical weights; the same build pinned to
+one core (``taskset -c 0``) did not (2,000 AdamW steps then amplify the last-bit difference into a different policy).
+``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count, the git revision
+when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash.
+
 Deviation: a policy trained on constrained replies only never sees the ``<think>`` block that unconstrained
 projection demands, so the warm start requires ``collect.constrained`` (checked by ``RunConfig.check``).
 """
@@ -31,10 +39,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -201,7 +211,8 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
         with open(os.path.join(tmp, "warmstart.json"), "w") as f:
             json.dump({"warm_start": {k: v for k, v in vars(ws).items() if k != "cache_dir"}, "env": run.env,
                        "episodes": episodes, "turns": len(rows), "loss_first": losses[0], "loss_last": losses[-1],
-                       "losses": losses, "seconds": time.perf_counter() - t0}, f, indent=1)
+                       "losses": losses, "seconds": time.perf_counter() - t0, "built_with": build_info(),
+                       "weights_sha256": weights_sha256(tmp)}, f, indent=1)
         if os.path.exists(folder):  # another process finished first: keep its copy
             shutil.rmtree(tmp)
         else:
@@ -212,6 +223,30 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     log.info("warm start: %d turns, NLL %.3f -> %.3f, saved to %s", len(rows), losses[0], losses[-1], folder)
     _record_agreement(folder, run, tokenizer)
     return folder
+
+
+def build_info() -> dict[str, Any]:
+    """What a warm start's floats depend on besides its config (module docstring, "Reproducibility")."""
+    import jaxlib
+
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        rev = None
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__,
+            "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "devices": [str(d.platform) for d in jax.devices()], "git_revision": rev}
+
+
+def weights_sha256(folder: str) -> str:
+    """sha256 over the folder's ``*.safetensors`` files in name order: equal hashes, identical weights."""
+    h = hashlib.sha256()
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".safetensors")):
+        with open(os.path.join(folder, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
 
 
 AGREEMENT_TASKS = 64  # held-out tasks (the eval split's first ones) of the oracle-agreement probe

@@ -1,71 +1,93 @@
-"""TextWorld-Sync: a multi-agent, multi-dish CookingWorld on one shared world (SERA App. C; METHODS.md).
+"""TextWorld-Sync, the benchmark SERA released: its tasks on a re-implementation of the authors' shared-world engine.
 
-Modules: data (CookingWorld's vocabulary), state (the world as plain data), rules (commands, admissible lists,
-score), text (what agents read), world (the locked shared world and its agents), generate (seven task families,
-four difficulties), manifest (the fixed splits), env (the Env wrapper and agent handles), planner (the oracle, for
-one agent or a team), verifier (structured subtask goals), twcheck (the cross-check against TextWorld's engine).
+The tasks are the released files (1,500 train / 200 validation / 1,400 test, seven families x four difficulties;
+tasks.py). They run on the authors' own small composite CookingWorld engine (GitHub ``OliverLeeXZ/SERA``,
+``Runtime/environments/textworld/composite_cooking.py`` and ``composite_scorer.py``), not on TextWorld: rooms reached
+by ``go to`` / ``move``, one item per ingredient, take / chop / slice / dice / mince / cook, a shared prepared
+counter, ``prepare`` and ``eat`` per dish, a kitchen gate, inventory capacity and tool cooldowns; the project's own
+tw-cooking variant is :mod:`envs.textworld_cooking_sync`.
 
-What was checked against TextWorld (twcheck.py, tests/envs/test_textworld_sync.py, the benchmark): on tw-cooking
-games, the walkthrough wins in the equivalent Sync world with TextWorld's score; along walkthroughs and random walks
-the admissible commands, executability, score, won and lost equal TextWorld's logic engine at every step, and the
-feedback of take/drop/put/insert/open/close/eat/cook/cut/prepare/inventory/cookbook equals the compiled game's text.
+Modules: state (the world as data, built from a task), rules (valid actions, commands, observation, infos, the
+scorer), world (the locked shared world, several agents, the runtime's inventory lookup), env (the Env protocol and
+agent handles), tasks (the released files), planner (the oracle, for the task or a subtask), verifier (structured
+subtask goals for the judge interface).
 
-Deviations from CookingWorld (TextWorld 1.7.0 ``tw-cooking``), each on purpose:
+Checked against the authors' engine as read there (tests/envs/test_textworld_sync*.py cite the function each
+hand-checked case follows): the valid-action lists and their order (``_valid_actions``); acceptance (exact valid
+action, or the look / inventory commands in any case) and that every command, rejected or not, uses one shared
+step (``_step_locked``); the effects of take / cut / cook / open door / go to / move / prepare / eat (``_apply``,
+``_set_preparation``, ``_mark_ready``), the tool cooldowns (``_consume_tool``, ``_advance_tool_cooldowns``), the
+inventory capacity and the gate; the observation text and the infos (``_observation``, ``_infos``); the score, the
+root success and failure (``score_task``) and the reward 1.0 on the completing step; the shared budget
+(``env_step_limit``: the task's ``shared_environment_max_steps`` in the evaluator, 100 in training); children
+starting where the root stands (``fork_shared``) and counterfactual forks where the forking agent stands
+(``fork_counterfactual``); the runtime's inventory lookup that takes no world step (``textworld_continuous_policy/
+env.py``, the evaluator's ``_run_agent``). The planner solves sampled released tasks of every family and difficulty
+within their own budget.
 
-- several dishes: ``prepare <dish>`` / ``eat <dish>`` by the dish's name (one dish called "meal" is CookingWorld's
-  ``prepare meal``); the cookbook lists one recipe card per dish; a wrong processing of any dish's ingredient loses
-  the world (every dish is needed for the root task), each eaten dish scores as partial progress;
-- several agents with their own room, history and step budget on one state (world.py), one shared inventory by
-  default, or one per agent;
-- locks and keys on doors and containers (TextWorld's standard ``lock``/``unlock`` rules; CookingWorld has none) and
-  lockable storage furniture in rooms (chest, cabinet, locker, ...), used by the task families;
-- room descriptions from one deterministic template, not CookingWorld's random grammar; short factual texts when
-  examining furniture, doors, the knife or keys (foods and the cookbook read as in CookingWorld);
-- ``prepare D`` is admissible once every ingredient of D is carried (TextWorld: once the first one is);
-- commands are matched case-insensitively in TextWorld's canonical forms only (Inform 7 also parses synonyms such
-  as "get", "x", "cook X in oven"); ``take X`` also works for an item on a supporter or in an open container;
-- no inventory limit (tw-cooking's ``--drop``), and CookingWorld's food splits are not used: every split draws from
-  all 38 foods (splits differ by seed);
-- the start room is random among the rooms not behind a locked door.
+Deliberate deviations (each stated where it lives):
+
+- agents must be added before they act or read (the engine silently puts an unknown agent in the kitchen);
+- a step after the world is done is ignored, uncounted and unlogged (the engine applies it past the budget; the
+  authors' agents stop on ``done``, so only a race between agents would issue it);
+- transitions are serialised with a ``threading.RLock`` for threads, where the engine uses an ``asyncio.Lock``;
+- the Env's ``Obs.anchor`` drops the observation's step counter and adds the shared inventory (the engine's
+  observation has no anchor); ``info`` uses the project's keys (``won``, ``valid``, ``truncated``, ...);
+- ``TextWorldSyncEnv.tasks`` interleaves a split's tasks over the (difficulty, family) cells; every split is read
+  from its JSONL file (SERA's evaluator reads the test manifest, which holds the same tasks: the tests compare them).
 """
 
-from envs.textworld_sync.env import ROOT, AgentHandle, SyncSnapshot, TextWorldSyncEnv, world_state
-from envs.textworld_sync.generate import DIFFICULTIES, FAMILIES, LEVELS, generate, solvable
-from envs.textworld_sync.manifest import SPLIT_SIZES
-from envs.textworld_sync.planner import Blocked, TeamOracle, Unsolvable, assign, next_command, plan
-from envs.textworld_sync.rules import admissible, execute
-from envs.textworld_sync.state import WorldState
-from envs.textworld_sync.verifier import KINDS, Verdict, check, describe, subgoals, verify
-from envs.textworld_sync.world import StepResult, World, replay
+from envs.textworld_sync.env import PROTOCOLS, TRAINING_BUDGET, AgentHandle, SyncSnapshot, TextWorldSyncEnv, anchor_text
+from envs.textworld_sync.planner import Unknown, next_command, plan
+from envs.textworld_sync.rules import observation, score, score_task, transition, valid_actions
+from envs.textworld_sync.state import ROOMS, ROOT, WorldState, build
+from envs.textworld_sync.tasks import DIFFICULTIES, FAMILIES, SPLIT_SIZES, manifest_tasks
+from envs.textworld_sync.verifier import (
+    KINDS,
+    Verdict,
+    check,
+    describe,
+    goal_from_text,
+    subgoals,
+    verify,
+    verify_goal,
+)
+from envs.textworld_sync.world import LOOKUP_TEXTS, StepResult, World, is_lookup, replay
 
 __all__ = [
     "DIFFICULTIES",
     "FAMILIES",
     "KINDS",
-    "LEVELS",
+    "LOOKUP_TEXTS",
+    "PROTOCOLS",
+    "ROOMS",
     "ROOT",
     "SPLIT_SIZES",
+    "TRAINING_BUDGET",
     "AgentHandle",
-    "Blocked",
     "StepResult",
     "SyncSnapshot",
-    "TeamOracle",
     "TextWorldSyncEnv",
-    "Unsolvable",
+    "Unknown",
     "Verdict",
     "World",
     "WorldState",
-    "admissible",
-    "assign",
+    "anchor_text",
+    "build",
     "check",
     "describe",
-    "execute",
-    "generate",
+    "goal_from_text",
+    "is_lookup",
+    "manifest_tasks",
     "next_command",
+    "observation",
     "plan",
     "replay",
-    "solvable",
+    "score",
+    "score_task",
     "subgoals",
+    "transition",
+    "valid_actions",
     "verify",
-    "world_state",
+    "verify_goal",
 ]

@@ -1,85 +1,132 @@
-"""TextWorld-Sync behind the one Env protocol (the root agent) plus handles for more agents on the same world.
+"""The released TextWorld-Sync benchmark behind the one Env protocol, plus agent handles for the recursive runtime.
 
-``TextWorldSyncEnv`` is an :class:`envs.base.Env`: ``reset(task)`` builds the task's world (generate.py) with one
-agent, ``"root"``, whose observation stream the env returns; ``step`` is the root's command. The SERA recursive
-runtime adds children with :meth:`TextWorldSyncEnv.spawn`, which returns an :class:`AgentHandle` (its own
-``step``/``observe``/``oracle``, its own step budget and history) acting on the same shared :class:`World`; all
-agents' commands are serialised by the world's lock (world.py), whichever threads issue them.
+``TextWorldSyncEnv`` is an :class:`envs.base.Env` for the root agent (``"root"``): ``reset(task)`` builds the task's
+world (state.py) with the root in the kitchen; ``step`` is what the authors' runtime does with a root command (an
+inventory lookup without a world step for ``inventory`` / ``view inventory`` / ``check inventory``, else one engine
+step: world.py). The recursive runtime adds agents with :meth:`TextWorldSyncEnv.spawn` (or ``handle().spawn``),
+each an :class:`AgentHandle` with its own location and history on the same :class:`~envs.textworld_sync.world.World`;
+all steps of all agents are serialised by the world's lock. :meth:`AgentHandle.fork` clones the world for a
+counterfactual branch (the authors' ``fork_counterfactual``: the new agent starts where the forking agent stands).
 
 Observations (``Obs``):
 
-- ``text``: the feedback of the last command, as TextWorld shows it; after ``reset``, the objective and the room.
-- ``anchor``: the feedback, the agent's room description and its inventory: equal anchors mean the same feedback in
-  the same visible state (TextWorld's feedback alone, e.g. "You open the fridge.", does not identify the state).
-- ``admissible``: the agent's admissible commands (rules.py), or None with ``admissible=False``.
-- ``instruction``: the objective ("You are hungry! Let's cook 3 delicious dishes: ..."), or a child's own task.
+- ``text``: the engine's observation (``You are in the kitchen.`` / visible objects / gate / tool cooldowns /
+  prepared counter / dish progress / shared steps remaining), or the inventory lookup's text;
+- ``admissible``: the engine's valid actions (its ``validActions``), or None with ``admissible=False``;
+- ``anchor``: the observation without its ``Shared steps remaining`` line (a step counter), followed by
+  ``Inventory: ...`` (the shared inventory, which the observation does not show): equal anchors, equal visible
+  state;
+- ``instruction``: the task's description (the root's goal) or a child's goal.
 
-Rewards are score gains (CookingWorld's points: take, cook, cut, prepare, eat); ``info`` has ``won`` (every dish
-eaten), ``lost`` (a dish became impossible; the episode terminates, as CookingWorld's lost game), ``valid``,
-``truncated``, ``score``, ``max_score`` and ``eaten`` (dishes eaten so far, the partial progress).
+Budgets. The world's shared budget ends the episode for every agent (``done``; ``info["truncated"]`` when the task
+was not completed): the task's own ``parallelism.shared_environment_max_steps`` under ``protocol="evaluation"`` (the
+authors' evaluator), 100 under ``protocol="training"`` (their training runtime: it never passes the task's budget),
+or ``budget=N``. ``max_steps`` caps the root's own turns (default 200, the authors' single-agent baseline's root
+cap); lookups count as turns, not as world steps. Per-node turn budgets (20 in SERA) belong to the tree runtime.
 
-Tasks: the fixed manifest (manifest.py) or any ``Task(env="textworld_sync", seed=s, meta={"family": f,
-"difficulty": d})``; ``meta["state"]`` (a WorldState without agents) plays a hand-built world instead
-(twcheck.py builds them from TextWorld games). ``meta["shared_inventory"]`` or the constructor's
-``shared_inventory`` picks the inventory reading (world.py); the default is one shared inventory.
+``info``: ``won`` (the root check: every ingredient collected and processed exactly as required, every dish
+prepared and eaten), ``valid`` (accepted by the engine), ``truncated``, ``score`` (the engine's, 1.0 or 0.0),
+``completed_dishes`` / ``total_dishes`` (the partial progress), ``remaining_shared_steps``, ``task_failure``,
+``lookup``. The reward is the engine's: 1.0 on the completing step.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from envs.base import Env, Obs, Task, step_info
-from envs.textworld_sync import manifest
-from envs.textworld_sync.generate import FAMILIES, LEVELS, generate
-from envs.textworld_sync.planner import Blocked, Unsolvable, next_command, plan
-from envs.textworld_sync.state import WorldState
-from envs.textworld_sync.text import inventory_text, room_text
+from envs.textworld_sync import planner, tasks
+from envs.textworld_sync.state import ROOT, WorldState, build
 from envs.textworld_sync.world import StepResult, World
 
-ROOT = "root"
+TRAINING_BUDGET = 100  # the authors' training runtime's shared budget (create_textworld_env's default)
+PROTOCOLS = ("evaluation", "training")
+_STEPS_LINE = "Shared steps remaining:"
 
 
-def world_state(task: Task, shared_inventory: bool | None = None) -> WorldState:
-    """The fresh world of a task (module docstring)."""
-    meta = task.meta
-    shared = meta.get("shared_inventory", True) if shared_inventory is None else shared_inventory
-    if "state" in meta:
-        state = copy.deepcopy(meta["state"])
-        if not isinstance(state, WorldState):
-            raise TypeError(f"task {task.task_id!r}: meta['state'] must be a WorldState, got {type(state).__name__}")
-        state.shared_inventory = shared
-        return state
-    missing = [k for k in ("family", "difficulty") if k not in meta]
-    if missing:
-        raise ValueError(
-            f"task {task.task_id!r} has no {missing} in meta: give meta={{'family': one of {FAMILIES}, "
-            f"'difficulty': one of {tuple(LEVELS)}}} (or meta['state'], a hand-built WorldState)"
-        )
-    return generate(meta["family"], meta["difficulty"], task.seed, shared_inventory=shared)
+def anchor_text(observation: str, inventory: str) -> str:
+    """The anchor of an engine observation (module docstring)."""
+    lines = [line for line in observation.split("\n") if not line.startswith(_STEPS_LINE)]
+    return "\n".join(lines) + f"\nInventory: {inventory}"
 
 
-def _obs(world: World, agent: str, text: str, instruction: str, admissible: bool) -> Obs:
-    def read(s: WorldState) -> tuple[str, tuple[str, ...] | None]:
-        view = f"{text}\n\n{room_text(s, s.agents[agent].room, agent)}\n\n{inventory_text(s, agent)}"
-        return view, world.admissible(agent) if admissible else None
+def _obs(world: World, agent: str, text: str, instruction: str, admissible: bool,
+         seen: tuple[str, dict[str, Any]] | None = None) -> Obs:
+    """The Obs of ``agent`` showing ``text``; ``seen``: its observation and infos when the caller has them."""
+    observation, info = seen or world.observe(agent)
+    commands = tuple(info["validActions"]) if admissible else None
+    return Obs(text=text, anchor=anchor_text(observation, info["inventory"]), admissible=commands,
+               instruction=instruction)
 
-    anchor, commands = world.read(read)
-    return Obs(text=text, anchor=anchor, admissible=commands, instruction=instruction)
+
+def _info(r: StepResult) -> dict[str, Any]:
+    i = r.infos
+    return step_info(won=bool(i["tasksuccess"]), truncated=bool(r.done and not i["tasksuccess"]
+                                                                    and not i["taskfailure"]),
+                     valid=r.accepted, score=float(i["score"]), completed_dishes=i["completed_dishes"],
+                     total_dishes=i["total_dishes"], remaining_shared_steps=i["remaining_shared_steps"],
+                     task_failure=bool(i["taskfailure"]), lookup=r.lookup)
 
 
-def _info(world: World, r: StepResult) -> dict[str, Any]:
-    eaten = world.read(lambda s: sum(d.status == "eaten" for d in s.dishes))
-    return step_info(
-        won=r.won, truncated=False, valid=r.valid, lost=r.lost, score=r.score, max_score=r.max_score, eaten=eaten
-    )
+class AgentHandle:
+    """One agent on a shared world: the recursive runtime's view of a node (the root included)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, world: World, agent: str, instruction: str, *, admissible: bool = True,
+                 style: str = "evaluation"):
+        self.world, self.agent, self.instruction = world, agent, instruction
+        self.admissible, self.style = admissible, style
+
+    def step(self, command: str) -> tuple[Obs, float, bool, dict[str, Any]]:
+        """The agent's command, atomically; ``done`` once the world is done (success, failure, budget spent)."""
+        with self.world.locked():  # the observation is of the state this command produced
+            r = self.world.act(self.agent, command, style=self.style)
+            seen = None if r.lookup else (r.observation, r.infos)
+            obs = _obs(self.world, self.agent, r.observation, self.instruction, self.admissible, seen)
+            return obs, r.reward, r.done, _info(r)
+
+    def observe(self) -> Obs:
+        """The agent's current view, without acting."""
+        with self.world.locked():
+            text, _ = self.world.observe(self.agent)
+            return _obs(self.world, self.agent, text, self.instruction, self.admissible)
+
+    def oracle(self, dishes: Iterable[str] | None = None, ingredients: Iterable[str] | None = None) -> str:
+        """The planner's next command for this agent towards a subtask (default: the whole task)."""
+        return self.world.read(lambda s: planner.next_command(s, self.agent, dishes, ingredients))
+
+    def spawn(self, agent: str | None = None, instruction: str = "", *, location: str | None = None) -> AgentHandle:
+        """A new agent on the same world (a child), where the root stands unless ``location`` is given."""
+        agent = agent or f"{self.agent}/subagent-{next(self._ids)}"
+        self.world.add_agent(agent, location=location)
+        return AgentHandle(self.world, agent, instruction, admissible=self.admissible, style=self.style)
+
+    def fork(self, agent: str | None = None, instruction: str | None = None) -> AgentHandle:
+        """A new agent on a *clone* of the world (an independent counterfactual branch), where this agent stands."""
+        world = self.world.clone()
+        agent = agent or f"{self.agent}/cf-{next(self._ids)}"
+        world.add_agent(agent, location=self.location)
+        return AgentHandle(world, agent, self.instruction if instruction is None else instruction,
+                           admissible=self.admissible, style=self.style)
+
+    @property
+    def location(self) -> str:
+        return self.world.read(lambda s: s.locations[self.agent])
+
+    @property
+    def history(self) -> list[tuple[str, str]]:
+        """The agent's own ``(command, observation)`` pairs, lookups included."""
+        return self.world.read(lambda s: list(s.histories[self.agent]))
 
 
 @dataclasses.dataclass(frozen=True)
 class SyncSnapshot:
-    """An exact snapshot of the env: the whole shared world (every agent), the root's step count and last text."""
+    """An exact snapshot of the env: the whole shared world (every agent), the root's turn count and last text."""
 
     task: Task
     state: WorldState
@@ -89,80 +136,47 @@ class SyncSnapshot:
     text: str
 
 
-class AgentHandle:
-    """One agent on a shared world: the SERA runtime's view of a child (or of the root)."""
-
-    def __init__(self, world: World, agent: str, instruction: str, *, admissible: bool = True):
-        self.world, self.agent, self.instruction, self.admissible = world, agent, instruction, admissible
-
-    def step(self, command: str) -> tuple[Obs, float, bool, dict[str, Any]]:
-        """The agent's command; ``done`` when the world is over or the agent's budget is spent."""
-        with self.world.locked():  # the observation is of the state this command produced
-            r = self.world.step(self.agent, command)
-            info = _info(self.world, r)
-            info["truncated"] = r.truncated
-            obs = _obs(self.world, self.agent, r.text, self.instruction, self.admissible)
-        return obs, r.reward, r.done, info
-
-    def observe(self) -> Obs:
-        """The agent's current view (its room), without acting."""
-        return _obs(self.world, self.agent, self.world.observe(self.agent), self.instruction, self.admissible)
-
-    def oracle(self, dishes: Iterable[str] | None = None, *, release: bool | None = None) -> str:
-        """The planner's next command for this agent towards ``dishes`` (default: all); ``look`` to wait."""
-        rel = self.world.read(lambda s: not s.shared_inventory) if release is None else release
-        return self.world.read(lambda s: next_command(s, self.agent, dishes, release=rel))
-
-    @property
-    def history(self) -> list[tuple[str, str]]:
-        return self.world.read(lambda s: list(s.agents[self.agent].history))
-
-    @property
-    def steps_left(self) -> int | None:
-        def left(s: WorldState) -> int | None:
-            a = s.agents[self.agent]
-            return None if a.max_steps is None else a.max_steps - a.steps
-
-        return self.world.read(left)
-
-
 class TextWorldSyncEnv(Env):
-    """The root agent's env over a shared multi-agent CookingWorld (module docstring)."""
+    """The root agent's env over the released TextWorld-Sync world (module docstring)."""
 
     name: ClassVar[str] = "textworld_sync"
-    splits: ClassVar[tuple[str, ...]] = tuple(manifest.SPLIT_SIZES)
+    splits: ClassVar[tuple[str, ...]] = tuple(tasks.FILES)
 
-    def __init__(self, *, max_steps: int | None = None, admissible: bool = True, shared_inventory: bool | None = None):
-        super().__init__(max_steps or LEVELS["extreme"].max_steps)
-        self._max_steps_override = max_steps
-        self.admissible = admissible
-        self.shared_inventory = shared_inventory
+    def __init__(self, *, max_steps: int = 200, protocol: str = "evaluation", budget: int | None = None,
+                 admissible: bool = True):
+        super().__init__(max_steps)
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}; one of {PROTOCOLS}")
+        if budget is not None and budget <= 0:
+            raise ValueError(f"budget must be positive or None, got {budget}")
+        self.protocol, self.budget, self.admissible = protocol, budget, admissible
         self.world: World | None = None
         self.text = ""
-        self._plan: list[str] = []
-        self._plan_at = -1  # the world log length at which self._plan is valid
+
+    def shared_budget(self, task: Task) -> int:
+        """The world's shared step budget for ``task`` (module docstring)."""
+        if self.budget is not None:
+            return self.budget
+        return int(task.meta.get("budget", TRAINING_BUDGET)) if self.protocol == "evaluation" else TRAINING_BUDGET
 
     # -- the protocol ----------------------------------------------------------------------------------------------
     def _reset(self, task: Task) -> Obs:
-        difficulty = task.meta.get("difficulty")
-        default = task.meta.get("max_steps") or (LEVELS[difficulty].max_steps if difficulty in LEVELS else 100)
-        self.max_steps = self._max_steps_override or int(default)
-        self.world = World(world_state(task, self.shared_inventory))
+        self.world = World(build(task.meta, self.shared_budget(task)))
         self.world.add_agent(ROOT)
-        self.text = self.world.read(lambda s: s.objective) + "\n\n" + self.world.observe(ROOT)
-        self._plan, self._plan_at = [], -1
+        self.text, _ = self.world.observe(ROOT)
         return self._obs()
 
     def _step(self, action: str) -> tuple[Obs, float, bool, dict[str, Any]]:
-        with self.world.locked():  # the observation is of the state this command produced
-            log_before = self._log_len()
-            r = self.world.step(ROOT, action)
-            self.text = r.text
-            if self._plan and self._plan_at == log_before and action == self._plan[0]:
-                self._plan, self._plan_at = self._plan[1:], log_before + 1
-            else:
-                self._plan, self._plan_at = [], -1
-            return self._obs(), r.reward, r.won or r.lost, _info(self.world, r)
+        obs, reward, done, info = self.handle().step(action)
+        self.text = obs.text
+        return obs, reward, info["won"] or info["task_failure"], info
+
+    def step(self, action: str) -> tuple[Obs, float, bool, dict[str, Any]]:
+        """:meth:`Env.step`, and the shared budget: a spent budget ends the episode as a truncation."""
+        obs, reward, done, info = super().step(action)
+        if not done and self.world.done:
+            info["truncated"], self.done, done = True, True, True
+        return obs, reward, done, info
 
     def snapshot(self) -> SyncSnapshot:
         if self.task is None or self.world is None:
@@ -174,50 +188,37 @@ class TextWorldSyncEnv(Env):
             raise ValueError(f"restore() takes a {self.name} SyncSnapshot, got {type(snapshot).__name__}")
         self.task, self.steps, self.done = snapshot.task, snapshot.steps, snapshot.done
         self.max_steps, self.text = snapshot.max_steps, snapshot.text
-        self.world = World(copy.deepcopy(snapshot.state))
-        self._plan, self._plan_at = [], -1
+        self.world = World(copy.deepcopy(snapshot.state))  # the snapshot stays untouched
         return self._obs()
 
     def oracle(self) -> str:
-        """The single-agent planner's next command for the root (planner.py); ``look`` when nothing is left to do
-        or the dishes can no longer be finished. The plan is cached while the root follows it and no other agent
-        acts; with per-agent inventories and other agents present it puts down what it does not need (``release``)."""
+        """The planner's next command for the root towards the whole task (planner.py)."""
         if self.world is None:
             raise RuntimeError(f"{self.name}: oracle() before reset()")
-        if not self._plan or self._plan_at != self._log_len():
-            try:
-                self._plan = self.world.read(
-                    lambda s: plan(s, ROOT, release=not s.shared_inventory and len(s.agents) > 1)
-                )
-            except (Unsolvable, Blocked):
-                self._plan = []
-            self._plan_at = self._log_len()
-        return self._plan[0] if self._plan else "look"
+        return self.handle().oracle()
 
     @classmethod
     def tasks(cls, split: str) -> list[Task]:
-        return manifest.tasks(split)
+        return tasks.tasks(split)
 
     # -- more agents -------------------------------------------------------------------------------------------------
-    def spawn(
-        self, agent: str, *, max_steps: int | None = 20, parent: str = ROOT, instruction: str | None = None
-    ) -> AgentHandle:
-        """A new agent (a SERA child) in its parent's room, with its own step budget, on this env's world."""
-        if self.world is None:
-            raise RuntimeError(f"{self.name}: spawn() before reset()")
-        self.world.add_agent(agent, max_steps=max_steps, parent=parent)
-        text = instruction if instruction is not None else self.world.read(lambda s: s.objective)
-        return AgentHandle(self.world, agent, text, admissible=self.admissible)
-
     def handle(self, agent: str = ROOT) -> AgentHandle:
-        """A handle on an existing agent (the root included) of this env's world."""
+        """A handle on an existing agent (the root by default) of this env's world."""
         if self.world is None or agent not in self.world.agents:
             raise KeyError(f"no agent {agent!r}; agents are {self.world.agents if self.world else []}")
-        return AgentHandle(self.world, agent, self.world.read(lambda s: s.objective), admissible=self.admissible)
+        instruction = self.task.meta.get("description", "") if agent == ROOT else ""
+        return AgentHandle(self.world, agent, instruction, admissible=self.admissible, style=self.style)
 
-    # -- helpers -------------------------------------------------------------------------------------------------------
-    def _log_len(self) -> int:
-        return self.world.read(lambda s: len(s.log))
+    def spawn(self, agent: str | None = None, instruction: str = "", *, location: str | None = None) -> AgentHandle:
+        """A new agent (a child) on this env's world, where the root stands unless ``location`` is given."""
+        if self.world is None:
+            raise RuntimeError(f"{self.name}: spawn() before reset()")
+        return self.handle().spawn(agent, instruction, location=location)
+
+    @property
+    def style(self) -> str:
+        """The inventory lookup's wording (``world.LOOKUP_TEXTS``): the evaluator's or the training runtime's."""
+        return self.protocol
 
     def _obs(self) -> Obs:
-        return _obs(self.world, ROOT, self.text, self.world.read(lambda s: s.objective), self.admissible)
+        return _obs(self.world, ROOT, self.text, self.task.meta.get("description", ""), self.admissible)

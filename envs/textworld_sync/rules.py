@@ -1,501 +1,277 @@
-"""The game's rules: parse one agent's command, apply it to the shared state, list the admissible commands.
+"""The released TextWorld-Sync engine's transitions: valid actions, commands, score, observation and infos.
 
-Commands (CookingWorld's language, TextWorld's command templates)::
+A re-implementation of the authors' ``CompositeCookingWorldCoordinator`` (GitHub ``OliverLeeXZ/SERA``,
+``Runtime/environments/textworld/composite_cooking.py``) and ``score_task`` (``composite_scorer.py``), as read
+there, on a :class:`~envs.textworld_sync.state.WorldState`. Function by function:
 
-    look | inventory | examine X | go north|south|east|west
-    open X | close X | unlock X with K | lock X with K          (doors, containers; keys are a Sync addition)
-    take X | take X from Y | drop X | put X on S | insert X into C
-    eat X | drink X | cook X with stove|oven|BBQ | slice|dice|chop X with knife
-    prepare D | eat D                                           (D: a dish name; "meal" in CookingWorld)
-
-The rules are CookingWorld's (TextWorld 1.7.0's ``tw_cooking`` logic files and Inform 7 code): cooking a raw food
-fries / roasts / grills it by the heat source (a food that needs cooking becomes edible), cooking anything already
-cooked burns it; cutting needs a carried sharp knife and an uncut, cuttable, carried food; ``prepare`` needs the
-kitchen and every ingredient of the dish carried, cooked and cut as the recipe says (checked ingredient by ingredient,
-with CookingWorld's messages "You still miss something." / "Something still needs to be cooked." / "... cut.") and
-puts the dish in the inventory; going through a door needs it open; a locked door or container opens only after
-``unlock`` with its own key, carried.
-
-Score and failure are CookingWorld's quests, per dish: one point for first holding each ingredient that did not
-start in the inventory, one for each required cooking and cutting (when the food did not start that way), one for
-preparing the dish and one for eating it. Processing an ingredient any other way than its recipe says (cooking one
-the recipe wants raw, cutting one it wants uncut, the wrong heat or cut, burning it), eating or drinking it, or burning
-the prepared dish
-makes that dish impossible: the world is then lost (CookingWorld loses the game). The world is won when every dish is
-eaten; each eaten dish is partial progress in the score.
-
-Admissible commands are TextWorld's: the commands whose rule preconditions hold for that agent (its room, what it
-carries), e.g. ``examine`` lists things in the room but not carried ones, ``cook`` lists every carried cookable food
-that is not burned with every heat source in the room (cooking it again would burn it). One deviation:
-``prepare D`` is admissible when the agent is in the kitchen and carries every ingredient of a pending dish
-(TextWorld admits ``prepare meal`` as soon as the recipe's first ingredient is carried).
-
-Invalid commands (unknown verb, unknown or out-of-reach object, failed precondition) leave the state unchanged and
-answer with a message; they never raise.
+- :func:`valid_actions` (``_valid_actions``): ``look around``, ``inventory``, ``read cookbook``; ``go to <room>``
+  for every other room; ``move north|south|east|west`` towards pantry / dining room / garden / supermarket when that
+  room exists and is not the current one; ``open door`` while the gate is closed; ``take knife`` in the kitchen;
+  ``take <item>`` for every item lying here, not yet collected, not behind the closed gate, while the inventory has
+  room; then for each inventory item, in inventory order, the cuts (chop / slice / dice / mince) and cooks
+  (``cook <item> in stove|oven``, ``cook <item> on grill``) its recipe still needs whose tool is not cooling down;
+  ``prepare <dish>`` once every ingredient of the dish is on the counter; ``eat <dish>`` once prepared.
+- :func:`transition` (``_step_locked``): a command is *accepted* when it is one of the valid actions exactly
+  (after stripping) or, in any case and spacing, ``look around`` / ``inventory`` / ``view inventory`` / ``check
+  inventory``. Every command, accepted or not, uses one step of the shared budget; then the score is computed
+  (success: reward 1 and done; failure: done), the budget checked (done when spent) and the tool cooldowns advance.
+  The observation is the agent's status text (:func:`observation`), whatever the command was: the engine writes no
+  feedback sentence.
+- :func:`apply` (``_apply``): ``take`` marks the item collected and puts it in the inventory; an item that needs no
+  preparation goes at once to the prepared counter. A cut or cook adds the preparations of that verb or tool that
+  the recipe expects (a cook also drops ``uncut`` unless the recipe keeps it); an item whose preparation equals the
+  recipe's leaves the inventory for the counter. ``open door`` opens the gate for everyone; ``prepare`` / ``eat``
+  mark the dish. ``take knife``, ``read cookbook``, ``look around`` and the inventory commands change nothing (the
+  knife is never needed: cuts only need the knife's cooldown to be over). A tool used with cooldown c > 0 is
+  unavailable for the next c steps of any agent.
+- :func:`score` (``score_task`` over ``getObjectTree``): an ingredient is complete when collected, not deleted and
+  its preparation equals the recipe's; a dish succeeds when its ingredients are complete and it is prepared and
+  eaten; the task succeeds (score 1.0, else 0.0) when every dish does; it fails when an ingredient is deleted or has
+  a preparation outside its recipe (which no valid command can cause).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
+from typing import Any
 
-from envs.textworld_sync.data import CUT_OF_VERB, CUT_VERB, DIRECTIONS
-from envs.textworld_sync.state import Agent, Item, WorldState
-from envs.textworld_sync.text import a_item, examine_text, inventory_text, listing, room_text
+from envs.textworld_sync.state import (
+    COOK_TOOL,
+    CUT_VERB,
+    DIRECTIONS,
+    NO_PREPARATION,
+    Event,
+    WorldState,
+    normalise,
+)
 
-_SPACES = re.compile(r"\s+")
-UNKNOWN = "That's not a verb I recognise."
-NOT_HERE = "You can't see any such thing."
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    text: str
-    valid: bool
-
-
-def normalise(command: str) -> str:
-    return _SPACES.sub(" ", command.strip().lower())
+LOOK_COMMANDS = frozenset({"look around", "inventory", "view inventory", "check inventory"})  # accepted in any case
+NO_OPS = LOOK_COMMANDS | {"read cookbook"}
+REJECTED = "Action is not valid in the current composite world state."
+_COOK = re.compile(r"cook (.+?) (?:in|on) (.+)$")
 
 
-# -- scoring -----------------------------------------------------------------------------------------------------------
-def init_points(state: WorldState) -> None:
-    """CookingWorld's quests as score events (module docstring); call once on a fresh world."""
-    points: dict[str, int] = {}
-    for dish in state.dishes:
-        for ing in dish.ingredients:
-            food = state.items[ing.food]
-            if food.where[0] != "held":
-                points[f"take:{ing.food}"] = 1
-            if ing.cooking != "raw" and food.cooking != ing.cooking:
-                points[f"cook:{ing.food}"] = 1
-            if ing.cutting != "uncut" and food.cutting != ing.cutting:
-                points[f"cut:{ing.food}"] = 1
-        points[f"prepare:{dish.name}"] = 1
-        points[f"eat:{dish.name}"] = 1
-    state.points = points
-
-
-def update_progress(state: WorldState) -> None:
-    """Records newly reached score events and newly failed dishes (after every committed command)."""
-    reached = set(state.scored)
-    for dish in state.dishes:
-        if dish.name in state.failed:
-            continue
-        events = []
-        if dish.status == "pending":
-            for ing in dish.ingredients:
-                food = state.items[ing.food]
-                why = _ruined(food, ing.cooking, ing.cutting)
-                if why:
-                    state.failed[dish.name] = why
-                    break
-                if food.where[0] == "held":
-                    events.append(f"take:{ing.food}")
-                if food.cooking == ing.cooking:
-                    events.append(f"cook:{ing.food}")
-                if food.cutting == ing.cutting:
-                    events.append(f"cut:{ing.food}")
-        else:
-            meal = state.items.get(dish.name)
-            if meal is not None and meal.burned:
-                state.failed[dish.name] = f"the {dish.name} was burned"
-            events.append(f"prepare:{dish.name}")
-            if dish.status == "eaten":
-                events.append(f"eat:{dish.name}")
-        for e in events:
-            if e in state.points and e not in reached:
-                state.scored.append(e)
-                reached.add(e)
-
-
-def _ruined(food: Item, cooking: str, cutting: str) -> str | None:
-    if food.where == ("gone", ""):
-        return f"the {food.name} was consumed"
-    if food.burned:
-        return f"the {food.name} was burned"
-    if food.cooking not in ("raw", cooking):
-        return f"the {food.name} was {food.cooking}, the recipe needs it {cooking}"
-    if food.cutting not in ("uncut", cutting):
-        return f"the {food.name} was {food.cutting}, the recipe needs it {cutting}"
-    return None
-
-
-# -- commands ----------------------------------------------------------------------------------------------------------
-def execute(state: WorldState, agent_id: str, command: str) -> Outcome:
-    """Applies one command of ``agent_id`` to ``state`` (in place) and returns the feedback."""
-    agent = state.agents[agent_id]
-    words = normalise(command)
-    verb, _, rest = words.partition(" ")
-    handler = _HANDLERS.get(verb)
-    if handler is None:
-        return Outcome(UNKNOWN, False)
-    out = handler(state, agent, rest)
-    if out.valid and verb not in _NO_PROGRESS:
-        update_progress(state)
+# -- valid actions ---------------------------------------------------------------------------------------------------
+def item_actions(s: WorldState, name: str) -> list[str]:
+    """The cut and cook commands an inventory item still needs and whose tool is free, in the engine's order."""
+    item = s.items[name]
+    out = [f"{verb} {name}" for prep, verb in CUT_VERB.items()
+           if prep in item.expected and prep not in item.actual and s.tool_available("knife")]
+    for prep, tool in COOK_TOOL.items():
+        if prep in item.expected and prep not in item.actual and s.tool_available(tool):
+            out.append(f"cook {name} {'on' if tool == 'grill' else 'in'} {tool}")
     return out
 
 
-def _resolve(state: WorldState, text: str) -> str | None:
-    return state.lookup(text.removeprefix("the "))
+def valid_actions(s: WorldState, agent: str) -> list[str]:
+    """The agent's valid actions now (module docstring), in the engine's order."""
+    here = s.locations[agent]
+    actions = ["look around", "inventory", "read cookbook"]
+    actions += [f"go to {room}" for room in s.rooms if room != here]
+    actions += [f"move {d}" for d, room in DIRECTIONS.items() if room in s.rooms and room != here]
+    if not s.gate_open:
+        actions.append("open door")
+    if here == "kitchen":
+        actions.append("take knife")
+    full = bool(s.capacity) and len(s.inventory) >= s.capacity
+    for item in s.items.values():
+        if item.deleted or item.collected or item.name in s.counter or item.room != here or not s.accessible(item):
+            continue
+        if not full:
+            actions.append(f"take {item.name}")
+    for name in list(s.inventory):
+        actions += item_actions(s, name)
+    actions += [f"prepare {d}" for d in s.dish_ids if s.dish_ready(d) and d not in s.prepared]
+    actions += [f"eat {d}" for d in s.dish_ids if d in s.prepared and d not in s.eaten]
+    return actions
 
 
-def _reachable(state: WorldState, agent: Agent, name: str) -> bool:
-    """The thing is carried, visible in the agent's room, a furniture of the room or a door of the room."""
-    if name in state.items:
-        item = state.items[name]
-        return state.holds(agent.id, name) or item in state.visible_items(agent.room)
-    if name in state.furniture:
-        return state.furniture[name].room == agent.room
-    if name in state.doors:
-        return agent.room in state.doors[name].rooms
-    return False
+def accepted(s: WorldState, agent: str, action: str) -> bool:
+    """Whether the engine accepts ``action`` (stripped) from ``agent`` now."""
+    return action in valid_actions(s, agent) or normalise(action) in LOOK_COMMANDS
 
 
-def _target(state: WorldState, agent: Agent, text: str) -> str | None:
-    name = _resolve(state, text)
-    return name if name is not None and _reachable(state, agent, name) else None
+# -- commands --------------------------------------------------------------------------------------------------------
+def _mark_ready(s: WorldState, name: str) -> None:
+    item = s.items.get(name)
+    if item is None:
+        return
+    item.collected = True
+    s.counter.add(name)
+    s.inventory[:] = [n for n in s.inventory if n != name]
 
 
-def _look(state, agent, rest):
-    if rest:
-        return Outcome(UNKNOWN, False)
-    return Outcome(room_text(state, agent.room, agent.id), True)
+def _consume(s: WorldState, tool: str) -> None:
+    if s.cooldown_steps > 0:
+        s.cooldowns[tool] = s.cooldown_steps + 1  # the end of this step takes one off
 
 
-def _inventory(state, agent, rest):
-    if rest:
-        return Outcome(UNKNOWN, False)
-    return Outcome(inventory_text(state, agent.id), True)
+def _prepare_item(s: WorldState, name: str, tool: str) -> None:
+    item = s.items.get(name)
+    if item is None:
+        return
+    for prep, t in COOK_TOOL.items():
+        if t == tool and prep in item.expected:
+            if "uncut" not in item.expected:
+                item.actual.discard("uncut")
+            item.actual.add(prep)
+    for prep, verb in CUT_VERB.items():
+        if verb == tool and prep in item.expected:
+            item.actual.discard("uncut")
+            item.actual.add(prep)
+    if item.actual == item.expected:
+        _mark_ready(s, item.name)
 
 
-def _examine(state, agent, rest):
-    name = _target(state, agent, rest)
-    if name is None:
-        return Outcome(NOT_HERE, False)
-    if name in state.items and state.items[name].kind == "cookbook":
-        agent.read_cookbook = True
-    return Outcome(examine_text(state, name), True)
+def apply(s: WorldState, agent: str, action: str) -> None:
+    """The effect of an accepted command (module docstring)."""
+    n = normalise(action)
+    if n in NO_OPS:
+        return
+    if n == "open door":
+        s.gate_open = True
+    elif n.startswith("go to "):
+        if n[6:].strip() in s.rooms:
+            s.locations[agent] = n[6:].strip()
+    elif n.startswith("move "):
+        room = DIRECTIONS.get(n[5:].strip())
+        if room in s.rooms:
+            s.locations[agent] = room
+    elif n.startswith("take "):
+        name = action[5:].strip()
+        item = s.items.get(name) or s.items.get(normalise(name))
+        if item is not None:
+            item.collected = True
+            if name not in s.inventory:
+                s.inventory.append(item.name)
+            if item.expected <= NO_PREPARATION:
+                _mark_ready(s, item.name)
+    elif n.startswith("place ") and " on counter" in n:  # never a valid action: unreachable, kept for fidelity
+        _mark_ready(s, action[6:].lower().split(" on counter", 1)[0].strip())
+    elif n.startswith("cook "):
+        m = _COOK.match(n)
+        if m:
+            _consume(s, m.group(2))
+            _prepare_item(s, m.group(1), m.group(2))
+    elif any(n.startswith(verb + " ") for verb in CUT_VERB.values()):
+        verb = next(v for v in CUT_VERB.values() if n.startswith(v + " "))
+        _consume(s, "knife")
+        _prepare_item(s, n[len(verb) + 1:], verb)
+    elif n.startswith("prepare "):
+        if s.dish_ready(n[8:].strip()):
+            s.prepared.add(n[8:].strip())
+    elif n.startswith("eat "):
+        if n[4:].strip() in s.prepared:
+            s.eaten.add(n[4:].strip())
 
 
-def _go(state, agent, rest):
-    if rest not in DIRECTIONS:
-        return Outcome(UNKNOWN if not rest else "You can't go that way.", False)
-    room = state.rooms[agent.room]
-    if rest not in room.exits:
-        return Outcome("You can't go that way.", False)
-    if rest in room.doors:
-        door = state.doors[room.doors[rest]]
-        if door.state != "open":
-            return Outcome(f"You have to open the {door.name} first.", False)
-    agent.room = room.exits[rest]
-    return Outcome(room_text(state, agent.room, agent.id), True)
+# -- score -----------------------------------------------------------------------------------------------------------
+def object_tree(s: WorldState) -> dict[str, Any]:
+    """The engine's ``getObjectTree``: the per-dish state the scorer reads."""
+    dishes = {}
+    for d in s.dish_ids:
+        ingredients = {name: {"collected": s.items[name].collected, "deleted": s.items[name].deleted,
+                              "preparation": sorted(s.items[name].actual), "ready": name in s.counter}
+                       for name in s.recipe(d)}
+        dishes[d] = {"ingredients": ingredients, "meal_prepared": d in s.prepared, "meal_eaten": d in s.eaten}
+    return {"dishes": dishes, "inventory": list(s.inventory), "prepared_on_counter": sorted(s.counter),
+            "agent_locations": dict(s.locations), "steps": s.steps, "gate_open": s.gate_open,
+            "tool_cooldowns": dict(s.cooldowns)}
 
 
-def _openable(state, name):
-    if name in state.doors:
-        return state.doors[name]
-    f = state.furniture.get(name)
-    return f if f is not None and f.kind == "container" and f.state is not None else None
+def _scorer_set(value: Any) -> frozenset[str]:
+    """The scorer's own reading of a preparation (not lower-cased, unlike the engine's)."""
+    if isinstance(value, str):
+        return frozenset(p.strip() for p in value.split(",") if p.strip())
+    if isinstance(value, list | tuple | set | frozenset):
+        return frozenset(str(p) for p in value)
+    return frozenset()
 
 
-def _open(state, agent, rest):
-    name = _target(state, agent, rest)
-    if name is None:
-        return Outcome(NOT_HERE, False)
-    thing = _openable(state, name)
-    if thing is None:
-        return Outcome("That's not something you can open.", False)
-    if thing.state == "open":
-        return Outcome("That's already open.", False)
-    if thing.state == "locked":
-        return Outcome(f"The {name} is locked.", False)
-    thing.state = "open"
-    if name in state.doors:
-        return Outcome(f"You open {name}.", True)
-    inside = state.contents("in", name)
-    if inside:
-        return Outcome(f"You open the {name}, revealing {listing([a_item(i) for i in inside])}.", True)
-    return Outcome(f"You open the {name}.", True)
+def score_task(dishes: list[dict[str, Any]], tree: dict[str, Any]) -> dict[str, Any]:
+    """The authors' ``score_task``: per dish and per ingredient completeness, success, failure, score."""
+    results, invalid = [], False
+    for dish in dishes:
+        d = str(dish["dish_id"])
+        current = tree.get("dishes", {}).get(d, {})
+        rows, dish_invalid = [], False
+        for required in dish.get("recipe", []):
+            name = str(required["name"])
+            actual = current.get("ingredients", {}).get(name, {})
+            collected, deleted = bool(actual.get("collected", False)), bool(actual.get("deleted", False))
+            expected, observed = _scorer_set(required.get("preparation", [])), _scorer_set(actual.get("preparation"))
+            dish_invalid = dish_invalid or deleted or bool((observed - NO_PREPARATION) - expected)
+            rows.append({"name": name, "collected": collected, "deleted": deleted,
+                         "preparation_matches": observed == expected,
+                         "complete": collected and not deleted and observed == expected})
+        complete = all(r["complete"] for r in rows)
+        prepared, eaten = bool(current.get("meal_prepared", False)), bool(current.get("meal_eaten", False))
+        invalid = invalid or dish_invalid
+        results.append({"dish_id": d, "ingredients_complete": complete, "meal_prepared": prepared,
+                        "meal_eaten": eaten, "task_success": complete and prepared and eaten,
+                        "invalid_or_deleted": dish_invalid, "completed_ingredients": sum(r["complete"] for r in rows),
+                        "total_ingredients": len(rows), "ingredients": rows})
+    completed = sum(r["task_success"] for r in results)
+    success = bool(results) and completed == len(results)
+    return {"task_success": success, "task_failure": invalid, "score": 1.0 if success else 0.0,
+            "completed_dishes": completed, "total_dishes": len(results), "dish_results": results}
 
 
-def _close(state, agent, rest):
-    name = _target(state, agent, rest)
-    if name is None:
-        return Outcome(NOT_HERE, False)
-    thing = _openable(state, name)
-    if thing is None:
-        return Outcome("That's not something you can close.", False)
-    if thing.state != "open":
-        return Outcome("That's already closed.", False)
-    thing.state = "closed"
-    return Outcome(f"You close {name}." if name in state.doors else f"You close the {name}.", True)
+def score(s: WorldState) -> dict[str, Any]:
+    """The score report of the state (``_score_report``)."""
+    return score_task(s.dishes, object_tree(s))
 
 
-def _lock_or_unlock(lock: bool):
-    def handler(state, agent, rest):
-        target_text, sep, key_text = rest.partition(" with ")
-        if not sep:
-            return Outcome(UNKNOWN, False)
-        name, key = _target(state, agent, target_text), _resolve(state, key_text)
-        if name is None or key is None or not _reachable(state, agent, key):
-            return Outcome(NOT_HERE, False)
-        thing = _openable(state, name)
-        if thing is None:
-            return Outcome("That doesn't seem to be something with a lock.", False)
-        if not state.holds(agent.id, key):
-            return Outcome(f"You need to take the {key} first.", False)
-        if state.items[key].kind != "key" or thing.key != key:
-            return Outcome("That doesn't seem to fit the lock.", False)
-        the = "" if name in state.doors else "the "
-        if lock:
-            if thing.state == "open":
-                return Outcome(f"You have to close {the}{name} first.", False)
-            if thing.state == "locked":
-                return Outcome("That's already locked.", False)
-            thing.state = "locked"
-            return Outcome(f"You lock {the}{name}.", True)
-        if thing.state != "locked":
-            return Outcome("That's not locked.", False)
-        thing.state = "closed"
-        return Outcome(f"You unlock {the}{name}.", True)
-
-    return handler
+# -- what an agent reads ---------------------------------------------------------------------------------------------
+def infos(s: WorldState, agent: str) -> dict[str, Any]:
+    """The engine's ``infos`` for ``agent`` (``validActions``, ``inventory``, ``score``, ``tasksuccess``, ...)."""
+    report = score(s)
+    return {"validActions": valid_actions(s, agent),
+            "inventory": ", ".join(s.inventory) if s.inventory else "(empty)",
+            "score": report["score"], "tasksuccess": report["task_success"],
+            "taskfailure": s.failure or report["task_failure"], "done": s.done, "steps": s.steps,
+            "remaining_shared_steps": s.budget_left, "agent_location": s.locations[agent],
+            "completed_dishes": report["completed_dishes"], "total_dishes": report["total_dishes"]}
 
 
-def _take(state, agent, rest):
-    what, sep, source = rest.partition(" from ")
-    name = _resolve(state, what)
-    if name is None or name not in state.items:
-        return Outcome(
-            NOT_HERE if name is None or not _reachable(state, agent, name) else "That's fixed in place.", False
-        )
-    item = state.items[name]
-    if state.holds(agent.id, name):
-        return Outcome("You already have that.", False)
-    if item not in state.visible_items(agent.room):
-        return Outcome(NOT_HERE, False)
-    kind, place = item.where
-    if sep:
-        src = _target(state, agent, source)
-        if src is None:
-            return Outcome(NOT_HERE, False)
-        if src != place or kind == "room":
-            return Outcome(f"The {name} is not there.", False)
-    state.move(item, ("held", state.holder(agent.id)))
-    if kind == "room":
-        return Outcome(f"You pick up the {name} from the ground.", True)
-    return Outcome(f"You take the {name} from the {place}.", True)
+def observation(s: WorldState, agent: str) -> str:
+    """The engine's observation text for ``agent`` (``_observation``)."""
+    here = s.locations[agent]
+    visible = [i.name for i in s.items.values() if i.room == here and not i.collected and s.accessible(i)]
+    progress = [f"{d}: {sum(n in s.counter for n in s.recipe(d))}/{len(s.recipe(d))} ingredients prepared, "
+                f"meal_prepared={d in s.prepared}, meal_eaten={d in s.eaten}" for d in s.dish_ids]
+    cooldowns = ", ".join(f"{tool}:{left}" for tool, left in sorted(s.cooldowns.items())) or "none"
+    return (f"You are in the {here}.\n"
+            f"Visible objects: {', '.join(visible) if visible else '(none)'}\n"
+            f"Shared kitchen gate: {'open' if s.gate_open else 'closed'}.\n"
+            f"Shared tool cooldowns: {cooldowns}.\n"
+            f"Shared prepared counter: {', '.join(sorted(s.counter)) if s.counter else '(empty)'}\n"
+            "Dish progress:\n- " + "\n- ".join(progress) + "\n"
+            f"Shared steps remaining: {s.budget_left}\n"
+            "Valid Actions are listed below.")
 
 
-def _carried(state, agent, text) -> tuple[str | None, Outcome | None]:
-    name = _resolve(state, text)
-    if name is None or name not in state.items or not _reachable(state, agent, name):
-        return None, Outcome(NOT_HERE, False)
-    if not state.holds(agent.id, name):
-        return None, Outcome(f"You need to take the {name} first.", False)
-    return name, None
+# -- one step --------------------------------------------------------------------------------------------------------
+def transition(s: WorldState, agent: str, action: str) -> tuple[str, float, bool, dict[str, Any], bool]:
+    """One step of ``agent`` (``_step_locked``): ``(observation, reward, done, infos, accepted)``."""
+    action = str(action or "").strip()
+    before = s.locations[agent]
+    ok = accepted(s, agent, action)
+    if ok:
+        apply(s, agent, action)
+    s.steps += 1
+    report = score(s)
+    reward = 0.0
+    if report["task_success"]:
+        s.done, reward = True, 1.0
+    if report["task_failure"]:
+        s.failure = s.done = True
+    if s.steps >= s.limit:
+        s.done = True
+    s.cooldowns = {tool: left - 1 for tool, left in s.cooldowns.items() if left > 1}
+    info = infos(s, agent)
+    text = observation(s, agent)
+    s.events.append(Event(len(s.events) + 1, agent, action, ok, reward, s.done, text, before, s.locations[agent],
+                          None if ok else REJECTED))
+    return text, reward, s.done, info, ok
 
-
-def _drop(state, agent, rest):
-    name, err = _carried(state, agent, rest)
-    if err:
-        return err
-    state.move(state.items[name], ("room", agent.room))
-    return Outcome(f"You drop the {name} on the ground.", True)
-
-
-def _put_into(kind: str, sep_word: str):
-    def handler(state, agent, rest):
-        what, sep, where = rest.partition(f" {sep_word} ")
-        if not sep:
-            return Outcome(UNKNOWN, False)
-        name, err = _carried(state, agent, what)
-        if err:
-            return err
-        dest = _target(state, agent, where)
-        if dest is None or dest not in state.furniture:
-            return Outcome(NOT_HERE, False)
-        f = state.furniture[dest]
-        wanted = "supporter" if kind == "on" else "container"
-        if f.kind != wanted:
-            return Outcome(f"You can't put things {sep_word} the {dest}.", False)
-        if kind == "in" and f.state != "open":
-            return Outcome(f"The {dest} is closed.", False)
-        state.move(state.items[name], (kind, dest))
-        return Outcome(f"You put the {name} {'on' if kind == 'on' else 'into'} the {dest}.", True)
-
-    return handler
-
-
-def _eat_or_drink(drink: bool):
-    def handler(state, agent, rest):
-        name, err = _carried(state, agent, rest)
-        if err:
-            return err
-        item = state.items[name]
-        if drink:
-            if not item.drinkable:
-                return Outcome(f"You cannot drink the {name}.", False)
-        elif not item.is_food or item.drinkable:
-            return Outcome("That's plainly inedible.", False)
-        elif item.needs_cooking:
-            return Outcome(f"You should cook the {name} first.", False)
-        elif not item.edible:
-            return Outcome("That's plainly inedible.", False)
-        state.move(item, ("gone", ""))
-        if item.kind == "meal":
-            state.dish(name).status = "eaten"
-        return Outcome(f"You {'drink' if drink else 'eat'} the {name}. Not bad.", True)
-
-    return handler
-
-
-def _cook(state, agent, rest):
-    what, sep, heat_text = rest.partition(" with ")
-    if not sep:
-        return Outcome(UNKNOWN, False)
-    name, err = _carried(state, agent, what)
-    if err:
-        return err
-    heat = _target(state, agent, heat_text)
-    if heat is None:
-        return Outcome(NOT_HERE, False)
-    item = state.items[name]
-    if not item.is_food or not item.cookable:
-        return Outcome("Can only cook food.", False)
-    source = state.furniture.get(heat)
-    if source is None or source.heat is None:
-        return Outcome("Cooking requires a source of heat.", False)
-    if item.burned:
-        return Outcome(f"The {name} is already burned.", False)
-    if item.cooking != "raw":
-        item.burned, item.edible = True, False
-        return Outcome(f"You burned the {name}!", True)
-    item.cooking = source.heat
-    if item.needs_cooking:
-        item.needs_cooking, item.edible = False, True
-    return Outcome(f"You {source.heat} the {name}.", True)
-
-
-def _cut(verb: str):
-    def handler(state, agent, rest):
-        what, sep, tool_text = rest.partition(" with ")
-        if not sep:
-            return Outcome(UNKNOWN, False)
-        name, err = _carried(state, agent, what)
-        if err:
-            return err
-        tool, err = _carried(state, agent, tool_text)
-        if err:
-            return err
-        item = state.items[name]
-        if not item.is_food or not item.cuttable:
-            return Outcome("Can only cut cuttable food.", False)
-        if state.items[tool].kind != "knife":
-            return Outcome("Cutting something requires a knife.", False)
-        if item.cutting != "uncut":
-            return Outcome(f"The {name} is already {item.cutting}.", False)
-        item.cutting = CUT_OF_VERB[verb]
-        return Outcome(f"You {verb} the {name}.", True)
-
-    return handler
-
-
-def _prepare(state, agent, rest):
-    dish = state.dish(rest)
-    if dish is None:
-        names = listing([d.name for d in state.dishes])
-        return Outcome(f"The cookbook has no recipe called {rest!r}; its dishes are {names}.", False)
-    if agent.room != state.kitchen:
-        return Outcome(f"Can only prepare {dish.name} in the {state.kitchen}.", False)
-    if dish.status != "pending":
-        return Outcome(f"The {dish.name} is already prepared.", False)
-    for ing in dish.ingredients:
-        food = state.items[ing.food]
-        if not state.holds(agent.id, ing.food):
-            return Outcome("You still miss something.", False)
-        if food.cooking != ing.cooking:
-            return Outcome("Something still needs to be cooked.", False)
-        if food.cutting != ing.cutting:
-            return Outcome("Something still needs to be cut.", False)
-    for ing in dish.ingredients:
-        state.move(state.items[ing.food], ("gone", ""))
-    meal = state.items[dish.name] = Item(name=dish.name, kind="meal", where=("gone", ""), edible=True, cookable=True)
-    state.move(meal, ("held", state.holder(agent.id)))
-    dish.status = "prepared"
-    return Outcome(f"Adding the {dish.name} to your inventory.", True)
-
-
-_NO_PROGRESS = frozenset({"look", "inventory", "examine", "go", "open", "close", "lock", "unlock"})  # move no item
-_HANDLERS = {
-    "look": _look,
-    "inventory": _inventory,
-    "examine": _examine,
-    "go": _go,
-    "open": _open,
-    "close": _close,
-    "lock": _lock_or_unlock(True),
-    "unlock": _lock_or_unlock(False),
-    "take": _take,
-    "drop": _drop,
-    "put": _put_into("on", "on"),
-    "insert": _put_into("in", "into"),
-    "eat": _eat_or_drink(False),
-    "drink": _eat_or_drink(True),
-    "cook": _cook,
-    "prepare": _prepare,
-    **{verb: _cut(verb) for verb in CUT_VERB.values()},
-}
-
-
-# -- admissible commands -----------------------------------------------------------------------------------------------
-def admissible(state: WorldState, agent_id: str) -> tuple[str, ...]:
-    """The commands whose preconditions hold for ``agent_id`` (module docstring), sorted."""
-    agent = state.agents[agent_id]
-    room = agent.room
-    out = {"look", "inventory"}
-    r = state.rooms[room]
-    for d in DIRECTIONS:
-        if d in r.exits and (d not in r.doors or state.doors[r.doors[d]].state == "open"):
-            out.add(f"go {d}")
-    furniture = state.furniture_in(room)
-    openables = [f for f in furniture if f.kind == "container"] + list(state.doors_of(room).values())
-    carried = state.carried(agent_id)
-    keys = [i for i in carried if i.kind == "key"]
-    for thing in openables:
-        if thing.state == "closed":
-            out.add(f"open {thing.name}")
-        elif thing.state == "open":
-            out.add(f"close {thing.name}")
-        for k in keys:
-            if thing.key == k.name and thing.state in ("closed", "locked"):
-                out.add(f"{'unlock' if thing.state == 'locked' else 'lock'} {thing.name} with {k.name}")
-    for f in furniture:
-        out.add(f"examine {f.name}")
-    for item in state.visible_items(room):
-        out.add(f"examine {item.name}")
-        kind, place = item.where
-        out.add(f"take {item.name}" if kind == "room" else f"take {item.name} from {place}")
-    supporters = [f.name for f in furniture if f.kind == "supporter"]
-    open_containers = [f.name for f in furniture if f.kind == "container" and f.state == "open"]
-    heat = [f.name for f in furniture if f.heat]
-    knives = [i.name for i in carried if i.kind == "knife"]
-    for item in carried:
-        out.add(f"drop {item.name}")
-        out.update(f"put {item.name} on {s}" for s in supporters)
-        out.update(f"insert {item.name} into {c}" for c in open_containers)
-        if item.is_food:
-            if item.edible and not item.drinkable:
-                out.add(f"eat {item.name}")
-            if item.drinkable:
-                out.add(f"drink {item.name}")
-            if item.cookable and not item.burned:
-                out.update(f"cook {item.name} with {h}" for h in heat)
-            if item.cuttable and item.cutting == "uncut":
-                out.update(f"{v} {item.name} with {k}" for v in CUT_VERB.values() for k in knives)
-    if room == state.kitchen:
-        for dish in state.dishes:
-            if dish.status == "pending" and all(state.holds(agent_id, i.food) for i in dish.ingredients):
-                out.add(f"prepare {dish.name}")
-    return tuple(sorted(out))

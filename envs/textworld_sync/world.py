@@ -1,21 +1,22 @@
-"""The shared world several agents act in: one state, one lock, per-agent location, history and step budget.
+"""The shared world of one tree: one :class:`WorldState` behind one lock, several agents acting on it.
 
-SERA's TextWorld-Sync (METHODS.md; SERA App. C.1): agents share objects, inventories, tools, doors, recipe progress
-and score, and keep their own location, history, observations and step budget; environment reads and state
-transitions are serialised and committed atomically. Here every public method takes the world's re-entrant lock
-for its whole duration, so a command of one agent is parsed, applied, scored and logged before any other agent's
-command or read starts: any interleaving of concurrent callers equals the serial execution of the commands in the
-order the world committed them (``WorldState.log``), which :func:`replay` reproduces.
+The authors' coordinator (``CompositeCookingWorldCoordinator``; GitHub ``OliverLeeXZ/SERA``,
+``Runtime/environments/textworld/composite_cooking.py``) serialises every step and observation of every agent with
+one ``asyncio.Lock``; here a re-entrant ``threading.RLock`` does the same for threads, so a step is checked, applied,
+scored, logged and observed before any other agent's step or read starts: a concurrent run equals the serial run of
+its event log (:func:`replay`). Agents keep their own location and history; ingredients, inventory, counter, dishes,
+gate, tool cooldowns and the step budget are shared.
 
-Inventories. By default (``WorldState.shared_inventory``) all agents carry one shared inventory, the reading of
-"agents share ... inventories" in which an ingredient fetched by one agent is at once usable by every other (as
-SERA's TextCraft children share their parent's inventory). With ``shared_inventory=False`` each agent carries its
-own items; every inventory is still part of the one shared state, so all agents see consistent holdings (an item
-held by one agent is not on the floor for another).
+The runtime's inventory lookup (the authors' ``textworld_continuous_policy/env.py`` and evaluator ``_run_agent``):
+``inventory`` / ``view inventory`` / ``check inventory`` read the shared inventory *without* a world step (no budget,
+no cooldown tick); :meth:`World.lookup` gives that text, in the training runtime's wording or the evaluator's
+(:data:`LOOKUP_TEXTS`). :meth:`World.step` is the bare engine, where those commands are accepted no-ops that use a
+step.
 
-Step budgets: an agent with ``max_steps`` can issue that many commands (valid or not); the command that uses the
-last step returns ``done`` with ``truncated`` unless the world was won by it. Commands after the world is won or lost,
-or after the budget is spent, change nothing and are not counted.
+Deviations, on purpose: an agent must be added (:meth:`World.add_agent`) before it acts or reads (the engine gives
+an unknown agent the kitchen); a step after the world is done changes nothing, uses no budget and is not logged (the
+authors' agents stop on ``done``, so the engine only sees such a step in a race between agents, and then applies it
+past the budget).
 """
 
 from __future__ import annotations
@@ -28,36 +29,45 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from envs.textworld_sync import rules
-from envs.textworld_sync.state import Agent, WorldState
-from envs.textworld_sync.text import room_text
+from envs.textworld_sync.state import ROOT, START_ROOM, WorldState, normalise
 
 T = TypeVar("T")
+INVENTORY_COMMANDS = frozenset({"inventory", "view inventory", "check inventory"})
+LOOKUP_TEXTS = {
+    "evaluation": "[Inventory Lookup]\nCurrent shared inventory (visible to all Agents):\n{inventory}\n\n"
+                  "Current environment observation:\n{observation}",
+    "training": "[Inventory Lookup]\nCurrent shared inventory:\n{inventory}\n\n"
+                "Current environment observation:\n{observation}",
+}
+
+
+def is_lookup(command: str) -> bool:
+    """Whether the runtime answers ``command`` with an inventory lookup instead of a world step."""
+    return normalise(command or "") in INVENTORY_COMMANDS
 
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
-    """What one agent's command produced."""
+    """What one command of one agent produced."""
 
-    text: str  # the feedback the agent reads
-    reward: float  # score gained by this command
-    done: bool  # this agent can act no more: the world is won or lost, or its budget is spent
-    valid: bool  # the command was understood and its preconditions held
-    won: bool  # the world is won (every dish eaten)
-    lost: bool  # a dish became impossible
-    truncated: bool  # the agent's budget ran out on this step and the world was not won
-    score: int
-    max_score: int
+    observation: str  # what the agent reads: the engine's status text, or the lookup text
+    reward: float  # 1.0 on the step that completes the task
+    done: bool  # success, failure or the shared budget spent
+    infos: dict[str, Any]  # the engine's infos for this agent after the step
+    accepted: bool  # the engine accepted the command (a lookup is always accepted)
+    lookup: bool = False  # an inventory lookup: no world step was taken
 
 
 class World:
     """A :class:`WorldState` behind a lock, with the agents acting in it (module docstring)."""
 
     def __init__(self, state: WorldState):
+        if not isinstance(state, WorldState):
+            raise TypeError(f"World takes a WorldState, got {type(state).__name__}")
         self._state = state
         self._lock = threading.RLock()
 
-    # -- pickling: the lock is not state ----------------------------------------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, Any]:  # the lock is not state
         with self._lock:
             return {"state": copy.deepcopy(self._state)}
 
@@ -65,74 +75,77 @@ class World:
         self._state, self._lock = d["state"], threading.RLock()
 
     # -- agents -----------------------------------------------------------------------------------------------------
-    def add_agent(
-        self, agent_id: str, *, room: str | None = None, max_steps: int | None = None, parent: str | None = None
-    ) -> None:
-        """A new agent in ``room`` (default: the parent's room, else the world's start room)."""
-        if not isinstance(agent_id, str) or not agent_id:
-            raise ValueError(f"an agent id is a non-empty str, got {agent_id!r}")
-        if max_steps is not None and max_steps <= 0:
-            raise ValueError(f"max_steps must be positive or None, got {max_steps}")
+    def add_agent(self, agent: str, *, location: str | None = None) -> None:
+        """A new agent, by default where the root agent stands (the engine's ``fork_shared``), else the kitchen."""
+        if not isinstance(agent, str) or not agent:
+            raise ValueError(f"an agent id is a non-empty str, got {agent!r}")
         with self._lock:
             s = self._state
-            if agent_id in s.agents:
-                raise ValueError(f"agent {agent_id!r} already exists; agents are {sorted(s.agents)}")
-            if parent is not None and parent not in s.agents:
-                raise ValueError(f"parent {parent!r} is not an agent of this world; agents are {sorted(s.agents)}")
-            if room is None:
-                room = s.agents[parent].room if parent is not None else s.start_room
+            if agent in s.locations:
+                raise ValueError(f"agent {agent!r} already exists; agents are {sorted(s.locations)}")
+            room = location if location is not None else s.locations.get(ROOT, START_ROOM)
             if room not in s.rooms:
-                raise ValueError(f"unknown room {room!r}; rooms are {sorted(s.rooms)}")
-            s.agents[agent_id] = Agent(id=agent_id, room=room, max_steps=max_steps, parent=parent)
+                raise ValueError(f"unknown room {room!r}; rooms are {list(s.rooms)}")
+            s.locations[agent] = room
+            s.histories[agent] = []
 
     @property
     def agents(self) -> list[str]:
         with self._lock:
-            return list(self._state.agents)
+            return list(self._state.locations)
 
     # -- acting and reading -----------------------------------------------------------------------------------------
-    def step(self, agent_id: str, command: str) -> StepResult:
-        """Applies one command of ``agent_id`` atomically (module docstring)."""
+    def step(self, agent: str, command: str) -> StepResult:
+        """One engine step of ``agent``, atomically (module docstring)."""
         if not isinstance(command, str):
             raise TypeError(f"a command is a str, got {type(command).__name__}")
         with self._lock:
             s = self._state
-            agent = self._agent(agent_id)
-            if s.over:
-                return self._result(agent, "The game is over.", 0, False, False)
-            if agent.max_steps is not None and agent.steps >= agent.max_steps:
-                return self._result(agent, "You have no steps left.", 0, False, True)
-            before = s.score
-            out = rules.execute(s, agent_id, command)
-            agent.steps += 1
-            agent.history.append((command, out.text))
-            s.log.append((agent_id, command))
-            spent = agent.max_steps is not None and agent.steps >= agent.max_steps
-            return self._result(agent, out.text, s.score - before, out.valid, spent)
+            self._check(agent)
+            if s.done:
+                info = rules.infos(s, agent)
+                return StepResult(rules.observation(s, agent), 0.0, True, info, False)
+            text, reward, done, info, ok = rules.transition(s, agent, command)
+            s.histories[agent].append((command.strip(), text))
+            return StepResult(text, reward, done, info, ok)
 
-    def observe(self, agent_id: str) -> str:
-        """What ``agent_id`` sees now (the ``look`` text), without acting."""
+    def lookup(self, agent: str, command: str = "inventory", *, style: str = "evaluation") -> StepResult:
+        """The runtime's inventory lookup for ``agent``: no world step (module docstring)."""
+        if style not in LOOKUP_TEXTS:
+            raise ValueError(f"unknown lookup style {style!r}; one of {sorted(LOOKUP_TEXTS)}")
         with self._lock:
-            return room_text(self._state, self._agent(agent_id).room, agent_id)
+            s = self._state
+            self._check(agent)
+            info = rules.infos(s, agent)
+            text = LOOKUP_TEXTS[style].format(inventory=str(info["inventory"]).strip() or "(empty)",
+                                              observation=rules.observation(s, agent))
+            s.histories[agent].append((command.strip(), text))
+            return StepResult(text, 0.0, s.done, info, True, lookup=True)
 
-    def admissible(self, agent_id: str) -> tuple[str, ...]:
+    def act(self, agent: str, command: str, *, style: str = "evaluation") -> StepResult:
+        """What the runtime does with an agent's command: a lookup for the inventory commands, else a step."""
+        return self.lookup(agent, command, style=style) if is_lookup(command) else self.step(agent, command)
+
+    def observe(self, agent: str) -> tuple[str, dict[str, Any]]:
+        """``agent``'s observation text and infos now, without acting."""
         with self._lock:
-            self._agent(agent_id)
-            return rules.admissible(self._state, agent_id)
+            self._check(agent)
+            return rules.observation(self._state, agent), rules.infos(self._state, agent)
 
     def read(self, fn: Callable[[WorldState], T]) -> T:
-        """``fn(state)`` under the lock: a consistent read (verifiers, planners). ``fn`` must not mutate."""
+        """``fn(state)`` under the lock: a consistent read (planners, verifiers). ``fn`` must not mutate."""
         with self._lock:
             return fn(self._state)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[WorldState]:
-        """Holds the lock for a block of reads (and, for tools that know what they do, writes)."""
+        """Holds the lock for a block of reads (several calls that must see one state)."""
         with self._lock:
             yield self._state
 
+    # -- copies -----------------------------------------------------------------------------------------------------
     def snapshot(self) -> WorldState:
-        """An exact, picklable copy of the whole shared state (agents, histories and log included)."""
+        """An exact, picklable deep copy of the whole shared state (agents, histories, event log)."""
         with self._lock:
             return copy.deepcopy(self._state)
 
@@ -142,48 +155,35 @@ class World:
         with self._lock:
             self._state = copy.deepcopy(state)
 
+    def clone(self) -> World:
+        """An independent world in the same state with its own lock (a counterfactual fork)."""
+        return World(self.snapshot())
+
+    # -- summaries --------------------------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        with self._lock:
+            return self._state.done
+
     @property
     def won(self) -> bool:
         with self._lock:
-            return self._state.won
+            return rules.score(self._state)["task_success"]
 
     @property
-    def lost(self) -> bool:
+    def budget_left(self) -> int:
         with self._lock:
-            return self._state.lost
+            return self._state.budget_left
 
-    @property
-    def score(self) -> tuple[int, int]:
-        with self._lock:
-            return self._state.score, self._state.max_score
-
-    # -- helpers ------------------------------------------------------------------------------------------------------
-    def _agent(self, agent_id: str) -> Agent:
-        agent = self._state.agents.get(agent_id)
-        if agent is None:
-            raise KeyError(f"unknown agent {agent_id!r}; agents are {sorted(self._state.agents)} (add_agent() first)")
-        return agent
-
-    def _result(self, agent: Agent, text: str, reward: int, valid: bool, spent: bool) -> StepResult:
-        s = self._state
-        won, lost = s.won, s.lost
-        return StepResult(
-            text=text,
-            reward=float(reward),
-            done=won or lost or spent,
-            valid=valid,
-            won=won,
-            lost=lost,
-            truncated=spent and not won,
-            score=s.score,
-            max_score=s.max_score,
-        )
+    def _check(self, agent: str) -> None:
+        if agent not in self._state.locations:
+            raise KeyError(f"unknown agent {agent!r}; agents are {sorted(self._state.locations)} (add_agent() first)")
 
 
-def replay(initial: WorldState, log: list[tuple[str, str]]) -> WorldState:
-    """The state reached by executing ``log``'s (agent, command) pairs one by one from ``initial`` (which must hold
-    the same agents): the serial order a concurrent run committed."""
+def replay(initial: WorldState, events: list[tuple[str, str]]) -> WorldState:
+    """The state reached by stepping ``(agent, command)`` pairs one by one from ``initial`` (which must hold the same
+    agents): the serial order that a concurrent run committed (``[(e.agent, e.action) for e in state.events]``)."""
     world = World(copy.deepcopy(initial))
-    for agent_id, command in log:
-        world.step(agent_id, command)
+    for agent, command in events:
+        world.step(agent, command)
     return world.snapshot()

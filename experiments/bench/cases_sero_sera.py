@@ -1,7 +1,9 @@
 """Benchmark cases of the SERO and SERA credit kernels at the papers' batch sizes.
 
 SERO: one oracle branch per group of the 16 × 8 batch -> 16 branches × J = 50 oracle steps × L = 16 command
-tokens. SERA: 8 root tasks × K = 8 trees × Q = 32 node slots (depth ≤ 3), rubrics of C = 4 criteria.
+tokens. SERA: 8 root tasks × K = 8 trees × Q = 32 node slots (depth ≤ 3), one launch event per delegating
+node (E = Q slots), F = 16 fork groups of I = 8 branches per root task; each stage's whole credit (reward,
+leave-one-out, zero-variance filter, depth weights).
 Each case's ``run`` is the jitted batched kernel on device arrays, its ``reference`` the NumPy reference
 looped over the same inputs.
 """
@@ -14,13 +16,14 @@ import jax
 import numpy as np
 from harness import Case
 
-from agentjax.credit import sera, sero
+from agentjax.credit import sera_stages, sero
 from agentjax.credit.reference import sera as sera_ref
 from agentjax.credit.reference import sero as sero_ref
 from agentjax.losses import sero as sero_loss
 
 NUM_BRANCHES, NUM_ORACLE_STEPS, NUM_COMMAND_TOKENS = 16, 50, 16
-NUM_ROOT_TASKS, NUM_TREES, NUM_NODES, NUM_CRITERIA, MAX_DEPTH = 8, 8, 32, 4, 3
+NUM_ROOT_TASKS, NUM_TREES, NUM_NODES, MAX_DEPTH = 8, 8, 32, 3
+NUM_FORK_GROUPS, NUM_FORK_BRANCHES = 16, 8
 
 
 def sero_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -53,18 +56,33 @@ def random_tree(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 def sera_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     trees = [random_tree(rng) for _ in range(NUM_ROOT_TASKS * NUM_TREES)]
     shape_gk = (NUM_ROOT_TASKS, NUM_TREES)
-    shape_c = shape_gk + (NUM_NODES, NUM_CRITERIA)
+    shape_q = shape_gk + (NUM_NODES,)
+    parent = np.stack([t[0] for t in trees]).reshape(shape_q)
+    mask = np.stack([t[1] for t in trees]).reshape(shape_q)
+    child = mask & (parent >= 0)
+    delegates = np.zeros(shape_q, bool)  # one launch event per delegating node, in the node's own slot
+    for g, k, q in zip(*np.nonzero(child), strict=True):
+        delegates[g, k, parent[g, k, q]] = True
+    shape_f = (NUM_ROOT_TASKS, NUM_FORK_GROUPS, NUM_FORK_BRANCHES)
     success = rng.random(shape_gk) < 0.6
     return dict(
-        parent=np.stack([t[0] for t in trees]).reshape(shape_gk + (NUM_NODES,)),
-        mask=np.stack([t[1] for t in trees]).reshape(shape_gk + (NUM_NODES,)),
-        success=success,
-        gate=rng.random(shape_gk + (NUM_NODES,)) < 0.7,
-        weight=rng.uniform(0.5, 3.0, shape_c).astype(np.float32),
-        score=rng.uniform(0.0, 1.0, shape_c).astype(np.float32),
-        crit_mask=rng.random(shape_c) < 0.9,
+        parent=parent, mask=mask,
+        child_reward=rng.uniform(0.0, 1.0, shape_q).astype(np.float32),
+        graded=rng.random(shape_q) < 0.95,
         outcome=success.astype(np.float32),
+        rows=rng.integers(1, 21, shape_q).astype(np.int32),
+        event_q=np.where(child, parent, -1).astype(np.int32),
+        event_node=np.where(delegates, np.arange(NUM_NODES), -1).astype(np.int32),
+        score=rng.uniform(0.0, 1.0, shape_f).astype(np.float32),
+        label=rng.random(shape_f) < 0.5,
+        valid=rng.random(shape_f) < 0.95,
+        child_depth=rng.integers(1, MAX_DEPTH + 1, shape_f[:2]).astype(np.int32),
     )
+
+
+EXEC_KEYS = ("parent", "mask", "child_reward", "graded", "outcome", "rows")
+DEC_KEYS = ("parent", "mask", "event_q", "event_node", "outcome")
+RUBRIC_KEYS = ("score", "label", "valid", "child_depth")
 
 
 def _sero_reference(x: dict[str, np.ndarray], scheme: str, match_mass: bool) -> list:
@@ -93,39 +111,6 @@ def _sero_loss_reference(x: dict[str, np.ndarray], logp_new: np.ndarray) -> floa
     return sero_ref.oracle_loss(mean_logp, weight, gate, x["step_mask"], NUM_BRANCHES)
 
 
-def _coverage_reference(x: dict[str, np.ndarray]) -> list:
-    out = []
-    for g in range(NUM_ROOT_TASKS):
-        reward = np.stack([sera_ref.leaf_coverage(x["parent"][g, k], x["mask"][g, k], x["success"][g, k])
-                           for k in range(NUM_TREES)])
-        delegation = x["mask"][g] & (x["parent"][g] >= 0)
-        out.append((reward, sera_ref.tree_loo_advantage(reward, delegation, tree_average=True)))
-    return out
-
-
-def _execution_reference(x: dict[str, np.ndarray]) -> list:
-    out = []
-    for g in range(NUM_ROOT_TASKS):
-        reward = np.stack([
-            sera_ref.execution_reward(x["parent"][g, k], x["mask"][g, k], x["gate"][g, k], x["weight"][g, k],
-                                      x["score"][g, k], x["crit_mask"][g, k], x["outcome"][g, k])
-            for k in range(NUM_TREES)])
-        out.append((reward, sera_ref.tree_loo_advantage(reward, x["mask"][g], tree_average=False)))
-    return out
-
-
-@jax.jit
-def _depth_weights(parent, mask):
-    depth = sera.batched_node_depth(parent, mask, max_depth=MAX_DEPTH)
-    return sera.batched_depth_weights(depth.ravel(), mask.ravel(), max_depth=MAX_DEPTH)
-
-
-def _depth_weights_reference(x: dict[str, np.ndarray]) -> np.ndarray:
-    depth = [sera_ref.node_depth(x["parent"][g, k], x["mask"][g, k])
-             for g in range(NUM_ROOT_TASKS) for k in range(NUM_TREES)]
-    return sera_ref.depth_weights(np.concatenate(depth), x["mask"].ravel(), max_depth=MAX_DEPTH)
-
-
 def cases(seed: int) -> list[Case]:
     rng = np.random.default_rng(seed)
     xo = sero_inputs(rng)
@@ -138,7 +123,6 @@ def cases(seed: int) -> list[Case]:
     xa = sera_inputs(rng)
     da = {k: jax.device_put(v) for k, v in xa.items()}
     sera_shape = f"G{NUM_ROOT_TASKS} K{NUM_TREES} Q{NUM_NODES}"
-    exec_args = tuple(da[k] for k in ("parent", "mask", "gate", "weight", "score", "crit_mask", "outcome"))
 
     return [
         Case("sero credit (reachability)", sero_shape,
@@ -150,14 +134,13 @@ def cases(seed: int) -> list[Case]:
         Case("sero oracle loss (credit + L_O)", sero_shape,
              functools.partial(_sero_loss, *sero_args, logp_new_d),
              functools.partial(_sero_loss_reference, xo, logp_new), paper=True),
-        Case("sera leaf coverage + decomposition LOO", sera_shape,
-             functools.partial(sera.batched_leaf_coverage, da["parent"], da["mask"], da["success"],
-                               max_depth=MAX_DEPTH),
-             functools.partial(_coverage_reference, xa), paper=True),
-        Case("sera execution reward + LOO", f"{sera_shape} C{NUM_CRITERIA}",
-             functools.partial(sera.batched_execution_reward, *exec_args),
-             functools.partial(_execution_reference, xa), paper=True),
-        Case("sera inverse-frequency depth weights", sera_shape,
-             functools.partial(_depth_weights, da["parent"], da["mask"]),
-             functools.partial(_depth_weights_reference, xa), paper=True),
+        Case("sera execution credit", sera_shape,
+             functools.partial(sera_stages.execution_credit, *(da[k] for k in EXEC_KEYS), max_depth=MAX_DEPTH),
+             functools.partial(sera_ref.execution_credit, *(xa[k] for k in EXEC_KEYS)), paper=True),
+        Case("sera decomposition credit", sera_shape,
+             functools.partial(sera_stages.decomposition_credit, *(da[k] for k in DEC_KEYS), max_depth=MAX_DEPTH),
+             functools.partial(sera_ref.decomposition_credit, *(xa[k] for k in DEC_KEYS)), paper=True),
+        Case("sera rubric credit", f"G{NUM_ROOT_TASKS} F{NUM_FORK_GROUPS} I{NUM_FORK_BRANCHES}",
+             functools.partial(sera_stages.rubric_credit, *(da[k] for k in RUBRIC_KEYS), max_depth=MAX_DEPTH),
+             functools.partial(sera_ref.rubric_credit, *(xa[k] for k in RUBRIC_KEYS)), paper=True),
     ]

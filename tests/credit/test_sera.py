@@ -1,4 +1,6 @@
-"""SERA kernels: hand-checked trees, the NumPy reference on random trees, invariances and compilation."""
+"""SERA rewards: tree structure, execution reward, leaf coverage (launch events and delegations), rubric ranking.
+
+Hand-checked trees, the NumPy reference on random trees, relabelling invariances, jit == no-jit."""
 
 from __future__ import annotations
 
@@ -12,310 +14,158 @@ import pytest
 
 from agentjax.credit import sera
 from agentjax.credit.reference import sera as ref
-
-MAX_DEPTH = 3
+from tests.credit.sera_trees import MAX_DEPTH, random_forest, random_tree
 
 
 def hand_tree():
-    """Root 0 -> {1, 2}, 1 -> {3, 4}, slot 5 padding. Leaves 2, 3, 4; subtree leaves (3, 2, 1, 1, 1)."""
+    """Root 0 launches {1, 2} in one event (e0) and later attempts a delegation that spawns nothing (e2);
+    1 launches 3 (e1) then 4 (e3). Slot 5 padding. Leaves 2, 3, 4; subtree leaves (3, 2, 1, 1, 1)."""
     parent_q = jnp.array([-1, 0, 0, 1, 1, 7], jnp.int32)
     node_mask_q = jnp.array([True, True, True, True, True, False])
-    return parent_q, node_mask_q
-
-
-def random_tree(rng: np.random.Generator, num_slots: int, max_depth: int = MAX_DEPTH):
-    """A random tree of depth <= max_depth on random slots (labels not in topological order); padding -9."""
-    size = int(rng.integers(1, num_slots + 1))
-    parent, depth = [-1], [0]
-    for _ in range(1, size):
-        candidates = [i for i in range(len(parent)) if depth[i] < max_depth]
-        p = int(rng.choice(candidates))
-        parent.append(p)
-        depth.append(depth[p] + 1)
-    slots = rng.permutation(num_slots)[:size]  # node i lives in slot slots[i]
-    parent_q = np.full(num_slots, -9, np.int32)
-    mask_q = np.zeros(num_slots, bool)
-    for i in range(size):
-        parent_q[slots[i]] = -1 if parent[i] < 0 else slots[parent[i]]
-        mask_q[slots[i]] = True
-    return parent_q, mask_q
-
-
-def random_forest(seed: int, num_tasks: int = 3, num_trees: int = 5, num_slots: int = 9,
-                  num_criteria: int = 3):
-    rng = np.random.default_rng(seed)
-    trees = [[random_tree(rng, num_slots) for _ in range(num_trees)] for _ in range(num_tasks)]
-    parent = np.array([[t[0] for t in task] for task in trees])
-    mask = np.array([[t[1] for t in task] for task in trees])
-    mask[:, -1] = mask[:, -1] & (rng.random((num_tasks, 1)) < 0.5)  # sometimes a missing tree
-    success = rng.random((num_tasks, num_trees)) < 0.6
-    gate = rng.random(mask.shape) < 0.7
-    shape_c = mask.shape + (num_criteria,)
-    weight = rng.uniform(0.0, 3.0, shape_c).astype(np.float32)
-    score = rng.uniform(0.0, 1.0, shape_c).astype(np.float32)
-    crit_mask = rng.random(shape_c) < 0.8
-    return dict(parent=parent, mask=mask, success=success, gate=gate, weight=weight, score=score,
-                crit_mask=crit_mask, outcome=success.astype(np.float32))
-
-
-def run_coverage(f):
-    args = (jnp.asarray(f[k]) for k in ("parent", "mask", "success"))
-    return sera.batched_leaf_coverage(*args)
-
-
-def run_execution(f, **kw):
-    args = [jnp.asarray(f[k]) for k in ("parent", "mask", "gate", "weight", "score", "crit_mask", "outcome")]
-    return sera.batched_execution_reward(*args, **kw)
+    event_q = jnp.array([-1, 0, 0, 1, 3, -1], jnp.int32)
+    event_node_e = jnp.array([0, 1, 0, 1, -1], jnp.int32)
+    return parent_q, node_mask_q, event_q, event_node_e
 
 
 # ------------------------------------------------------------------------------------------- hand cases
 
 
 def test_hand_leaf_coverage_and_depth():
-    parent_q, node_mask_q = hand_tree()
-    cov = sera.leaf_coverage(parent_q, node_mask_q, jnp.array(True), max_depth=MAX_DEPTH)
+    parent_q, node_mask_q, event_q, event_node_e = hand_tree()
+    cov = sera.leaf_coverage(parent_q, node_mask_q, event_q, event_node_e, jnp.float32(1.0), max_depth=MAX_DEPTH)
     np.testing.assert_array_equal(cov.leaf_q, [False, False, True, True, True, False])
     np.testing.assert_array_equal(cov.subtree_leaves_q, [3, 2, 1, 1, 1, 0])
     np.testing.assert_array_equal(cov.delegation_q, [False, True, True, True, True, False])
-    np.testing.assert_allclose(cov.reward_q, [0, 2 / 3, 1 / 3, 1 / 3, 1 / 3, 0], rtol=1e-6)
-    failed = sera.leaf_coverage(parent_q, node_mask_q, jnp.array(False))
+    # events: {1, 2} cover all 3 leaves; {3}: 1; the empty attempt: 0; {4}: 1; padding
+    np.testing.assert_array_equal(cov.leaves_e, [3, 1, 0, 1, 0])
+    np.testing.assert_allclose(cov.reward_e, [1.0, 1 / 3, 0.0, 1 / 3, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(cov.reward_q, [0, 2 / 3, 1 / 3, 1 / 3, 1 / 3, 0], rtol=1e-6)  # the paper's unit
+    failed = sera.leaf_coverage(parent_q, node_mask_q, event_q, event_node_e, jnp.float32(0.0))
+    np.testing.assert_array_equal(failed.reward_e, 0.0)
     np.testing.assert_array_equal(failed.reward_q, 0.0)
     np.testing.assert_array_equal(sera.node_depth(parent_q, node_mask_q), [0, 1, 1, 2, 2, -1])
-    lone = sera.leaf_coverage(jnp.array([-1, 0], jnp.int32), jnp.array([True, False]), jnp.array(True))
+    lone = sera.leaf_coverage(jnp.array([-1, 0], jnp.int32), jnp.array([True, False]), jnp.array([-1, -1]),
+                              jnp.array([0, -1]), jnp.float32(1.0))  # a root that only attempted
     np.testing.assert_array_equal(lone.leaf_q, [True, False])
-    np.testing.assert_array_equal(lone.reward_q, 0.0)
-
-
-def test_hand_loo_advantage():
-    adv = sera.loo_advantage(jnp.array([1.0, 0.0, 1.0, 5.0]), jnp.array([True, True, True, False]))
-    np.testing.assert_allclose(adv, [0.5, -1.0, 0.5, 0.0], rtol=1e-6)
-    np.testing.assert_array_equal(sera.loo_advantage(jnp.array([0.7]), jnp.array([True])), [0.0])  # K = 1
-
-
-def test_hand_decomposition_advantage():
-    # tree means: 0.75, 0.2, (no delegations), 0.3
-    reward = jnp.array([[1.0, 0.5, 0.0], [0.2, 0.0, 0.0], [0.0, 0.0, 0.0], [0.4, 0.4, 0.1]])
-    deleg = jnp.array([[True, True, False], [True, False, False], [False, False, False], [True, True, True]])
-    adv = sera.decomposition_advantage(reward, deleg)
-    want = [[0.75, 0.25, 0], [0.2 - 0.525, 0, 0], [0, 0, 0], [0.4 - 0.475, 0.4 - 0.475, 0.1 - 0.475]]
-    np.testing.assert_allclose(adv, want, rtol=1e-5, atol=1e-7)
-    pooled = sera.tree_loo_advantage(reward, deleg, tree_average=False)
-    np.testing.assert_allclose(pooled[0, :2], [1.0 - 0.275, 0.5 - 0.275], rtol=1e-5)  # mean(.2, .4, .4, .1)
-
-
-def test_hand_depth_weights():
-    depth = jnp.array([0, 1, 1, 2, 2, 2, 1])
-    mask = jnp.array([True, True, True, True, True, True, False])
-    w = sera.depth_weights(depth, mask)
-    # N = 6 real samples, D = 3 depths with counts 1, 2, 3: w = 6 / (3 · count)
-    np.testing.assert_allclose(w, [2.0, 1.0, 1.0, 2 / 3, 2 / 3, 2 / 3, 0.0], rtol=1e-6)
+    np.testing.assert_array_equal(lone.reward_e, 0.0)
 
 
 def test_hand_execution_reward():
-    parent = jnp.array([-1, 0, 0, 0, 0, 3], jnp.int32)
-    mask = jnp.array([True, True, True, True, True, False])
-    gate = jnp.array([False, True, False, True, True, True])
-    weight = jnp.array([[1, 1, 1], [2, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 5], [1, 1, 1]], jnp.float32)
-    score = jnp.array([[0, 0, 0], [1, 0.4, 0], [1, 1, 1], [1, 1, 1], [0.5, 1, 9], [1, 1, 1]], jnp.float32)
-    crit = jnp.array([[1, 1, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0], [1, 1, 0], [1, 1, 1]], bool)
-    r = sera.execution_reward(parent, mask, gate, weight, score, crit, jnp.array(1.0))
-    # root: outcome; (2·1 + 1·0.4)/3; gate off; no criteria; (0.5 + 1)/2; padding
-    np.testing.assert_allclose(r, [1.0, 0.8, 0.0, 0.0, 0.75, 0.0], rtol=1e-6)
+    parent = jnp.array([-1, 0, 0, 1, 3], jnp.int32)
+    mask = jnp.array([True, True, True, True, False])
+    score = jnp.array([0.9, 0.8, 0.0, 0.35, 1.0])  # the root's entry is ignored; slot 4 is padding
+    np.testing.assert_allclose(sera.execution_reward(parent, mask, score, jnp.float32(1.0)),
+                               [1.0, 0.8, 0.0, 0.35, 0.0], rtol=1e-6)
+    label = jnp.array([1.0, 1.0, 0.0, 1.0, 1.0])  # RAO: binary labels, the same kernel
+    np.testing.assert_allclose(sera.execution_reward(parent, mask, label, jnp.float32(0.0)), [0, 1, 0, 1, 0])
 
 
-def test_hand_cispo():
-    logp = jnp.log(jnp.array([[0.5, 0.5, 0.5]], jnp.float32))
-    old = jnp.log(jnp.array([[0.25, 1.0, 0.5]], jnp.float32))  # ratios 2, 0.5, (masked)
-    adv = jnp.array([[1.0, -2.0, 3.0]])
-    mask = jnp.array([[True, True, False]])
-    loss = sera.cispo_token_loss(logp, old, adv, mask, eps_high=0.2)
-    log_half = np.log(0.5)
-    np.testing.assert_allclose(loss, [[-1.2 * 1.0 * log_half, -0.5 * -2.0 * log_half, 0.0]], rtol=1e-6)
-    lowered = sera.cispo_token_loss(logp, old, adv, mask, eps_high=0.2, eps_low=0.2)
-    np.testing.assert_allclose(lowered[0, 1], -0.8 * -2.0 * log_half, rtol=1e-6)
-    mean = sera.cispo_loss(logp, old, adv, mask, eps_high=0.2)
-    np.testing.assert_allclose(mean, (-1.2 + 1.0) * log_half / 2, rtol=1e-6)
-    grad = jax.grad(lambda lp: sera.cispo_token_loss(lp, old, adv, mask, eps_high=0.2).sum())(logp)
-    np.testing.assert_allclose(grad, [[-1.2, -0.5 * -2.0, 0.0]], rtol=1e-6)  # −sg(r̂)·A: r̂ is a constant
+def test_hand_rubric_weighted_score():
+    gate = jnp.array([True, False, True, True])
+    weight = jnp.array([[2, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 5]], jnp.float32)
+    score = jnp.array([[1, 0.4, 0], [1, 1, 1], [1, 1, 1], [0.5, 1, 9]], jnp.float32)
+    crit = jnp.array([[1, 1, 0], [1, 1, 1], [0, 0, 0], [1, 1, 0]], bool)
+    # (2·1 + 1·0.4)/3; gate off; no criteria; (0.5 + 1)/2 (the masked criterion is left out)
+    np.testing.assert_allclose(sera.rubric_weighted_score(gate, weight, score, crit), [0.8, 0.0, 0.0, 0.75],
+                               rtol=1e-6)
+
+
+def test_hand_ranking_reward():
+    score = jnp.array([0.9, 0.5, 0.6, 0.1, 0.7])
+    success = jnp.array([True, True, False, False, True])
+    valid = jnp.array([True, True, True, True, False])
+    r = sera.ranking_reward(score, success, valid)
+    # P = {0.9, 0.5}, N = {0.6, 0.1}: gaps 0.3, 0.8, −0.1, 0.4 → hinges 0, 0, 0.3, 0
+    np.testing.assert_allclose(r.reward, -0.3 / 4, rtol=1e-5)
+    assert bool(r.usable) and float(r.pairs) == 4
+    np.testing.assert_allclose([r.accuracy, r.margin_rate, r.mean_gap], [0.75, 0.75, 1.4 / 4], rtol=1e-5)
+    homogeneous = sera.ranking_reward(score, jnp.ones(5, bool), valid)
+    assert not bool(homogeneous.usable) and float(homogeneous.reward) == 0.0
+    one_valid = sera.ranking_reward(score, success, jnp.array([True, False, False, False, False]))
+    assert not bool(one_valid.usable)
+    np.testing.assert_allclose(sera.ranking_reward(score, success, valid, margin=1.0).reward,
+                               -(0.7 + 0.2 + 1.1 + 0.6) / 4, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- reference
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matches_reference(seed):
     f = random_forest(seed)
-    cov, dec_adv = run_coverage(f)
-    reward, exec_adv = run_execution(f)
-    exec_avg = run_execution(f, tree_average=True)[1]
-    depth = sera.batched_node_depth(jnp.asarray(f["parent"]), jnp.asarray(f["mask"]))
     num_tasks, num_trees, _ = f["parent"].shape
+    cover = jax.jit(jax.vmap(jax.vmap(functools.partial(sera.leaf_coverage, max_depth=MAX_DEPTH))))
+    cov = cover(*(jnp.asarray(f[k]) for k in ("parent", "mask", "event_q", "event_node", "outcome")))
+    reward = jax.vmap(jax.vmap(sera.execution_reward))(
+        *(jnp.asarray(f[k]) for k in ("parent", "mask", "child_reward", "outcome")))
+    weighted = sera.rubric_weighted_score(*(jnp.asarray(f[k]) for k in ("gate", "weight", "score", "crit_mask")))
     for g in range(num_tasks):
-        cov_ref = np.zeros(f["parent"].shape[1:])
-        deleg = np.zeros(f["parent"].shape[1:], bool)
         for k in range(num_trees):
             p, m = f["parent"][g, k], f["mask"][g, k]
             np.testing.assert_array_equal(cov.leaf_q[g, k], ref.leaves(p, m))
             np.testing.assert_allclose(cov.subtree_leaves_q[g, k], ref.subtree_leaf_counts(p, m))
-            cov_ref[k] = ref.leaf_coverage(p, m, f["success"][g, k])
-            deleg[k] = m & (p >= 0)
-            np.testing.assert_array_equal(depth[g, k], ref.node_depth(p, m))
-            r = ref.execution_reward(p, m, f["gate"][g, k], f["weight"][g, k], f["score"][g, k],
-                                     f["crit_mask"][g, k], f["outcome"][g, k])
-            np.testing.assert_allclose(reward[g, k], r, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(cov.reward_q[g], cov_ref, rtol=1e-5, atol=1e-7)
-        np.testing.assert_array_equal(cov.delegation_q[g], deleg)
-        np.testing.assert_allclose(dec_adv[g], ref.tree_loo_advantage(cov_ref, deleg), rtol=1e-5, atol=1e-6)
-        r_ref = np.asarray(reward[g], np.float64)
-        for got, tree_average in ((exec_adv[g], False), (exec_avg[g], True)):
-            want = ref.tree_loo_advantage(r_ref, f["mask"][g], tree_average=tree_average)
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-        tree_mask = f["mask"][g].any(-1)
-        np.testing.assert_allclose(sera.batched_loo_advantage(jnp.asarray(f["outcome"]),
-                                                              jnp.asarray(f["mask"].any(-1)))[g],
-                                   ref.loo_advantage(f["outcome"][g], tree_mask), rtol=1e-5, atol=1e-6)
-    d, m = np.asarray(depth).ravel(), f["mask"].ravel()
-    np.testing.assert_allclose(sera.batched_depth_weights(jnp.asarray(d), jnp.asarray(m)),
-                               ref.depth_weights(d, m), rtol=1e-5)
+            np.testing.assert_array_equal(sera.node_depth(jnp.asarray(p), jnp.asarray(m)), ref.node_depth(p, m))
+            want_e, want_q = ref.leaf_coverage(p, m, f["event_q"][g, k], f["event_node"][g, k], f["outcome"][g, k])
+            np.testing.assert_allclose(cov.reward_e[g, k], want_e, rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(cov.reward_q[g, k], want_q, rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(reward[g, k], ref.execution_reward(p, m, f["child_reward"][g, k],
+                                                                          f["outcome"][g, k]), rtol=1e-6)
+            for q in range(p.shape[0]):
+                want = ref.rubric_weighted_score(f["gate"][g, k, q], f["weight"][g, k, q], f["score"][g, k, q],
+                                                 f["crit_mask"][g, k, q])
+                np.testing.assert_allclose(weighted[g, k, q], want, rtol=1e-5, atol=1e-7)
 
 
-def test_cispo_matches_reference():
-    rng = np.random.default_rng(2)
-    shape = (4, 6)
-    logp = -rng.exponential(1.0, shape).astype(np.float32)
-    old = logp + rng.normal(0, 0.5, shape).astype(np.float32)
-    adv = rng.normal(0, 1, shape).astype(np.float32)
-    mask = rng.random(shape) < 0.8
-    for eps_low in (None, 0.2):
-        got = sera.cispo_token_loss(*(jnp.asarray(a) for a in (logp, old, adv, mask)), eps_high=0.28,
-                                    eps_low=eps_low)
-        want = ref.cispo_token_loss(logp, old, adv, mask, eps_high=0.28, eps_low=eps_low)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-def test_depth_weights_properties():
+def test_ranking_matches_reference():
     rng = np.random.default_rng(3)
-    depth = rng.integers(0, 4, 40)
-    mask = rng.random(40) < 0.8
-    w = np.asarray(sera.depth_weights(jnp.asarray(depth), jnp.asarray(mask)))
-    np.testing.assert_allclose(w[mask].mean(), 1.0, rtol=1e-5)
-    totals = [w[mask & (depth == d)].sum() for d in range(4) if (mask & (depth == d)).any()]
-    np.testing.assert_allclose(totals, totals[0], rtol=1e-5)  # every present depth carries the same mass
-    perm = rng.permutation(40)
-    np.testing.assert_allclose(sera.depth_weights(jnp.asarray(depth[perm]), jnp.asarray(mask[perm])), w[perm],
-                               rtol=1e-6)
-    padded = sera.depth_weights(jnp.asarray(np.pad(depth, (0, 7))), jnp.asarray(np.pad(mask, (0, 7))))
-    np.testing.assert_allclose(padded[:40], w, rtol=1e-6)
+    shape = (60, 8)
+    score = rng.choice(np.linspace(0, 1, 6), shape).astype(np.float32)  # ties happen
+    success = rng.random(shape) < rng.random((60, 1))
+    valid = rng.random(shape) < rng.uniform(0.1, 1.0, (60, 1))  # from no valid grade to all
+    got = jax.jit(jax.vmap(sera.ranking_reward))(jnp.asarray(score), jnp.asarray(success), jnp.asarray(valid))
+    for f in range(shape[0]):
+        want, usable = ref.ranking_reward(score[f], success[f], valid[f])
+        assert bool(got.usable[f]) == usable
+        np.testing.assert_allclose(got.reward[f], want, rtol=1e-5, atol=1e-7)
+    assert 0 < int(got.usable.sum()) < shape[0]
 
 
 # ------------------------------------------------------------------------------------------- invariances
 
 
-def test_relabelling_nodes_permutes_coverage():
-    f = random_forest(4, num_tasks=1, num_trees=3)
-    rng = np.random.default_rng(0)
-    num_slots = f["parent"].shape[-1]
-    perm = rng.permutation(num_slots)  # new slot i holds old node perm[i]
-    inverse = np.argsort(perm)
-    parent = f["parent"][..., perm]
-    parent = np.where(parent >= 0, inverse[np.maximum(parent, 0)], parent)
-    relabelled = dict(f, parent=parent, mask=f["mask"][..., perm])
-    (cov, adv), (cov2, adv2) = run_coverage(f), run_coverage(relabelled)
-    chex.assert_trees_all_close(jax.tree.map(lambda x: x[..., perm], cov), cov2)
-    np.testing.assert_allclose(adv[..., perm], adv2, rtol=1e-6)
+def test_relabelling_nodes_and_events_permutes_coverage():
+    rng = np.random.default_rng(4)
+    parent, mask, event_q, event_node = random_tree(rng, 9, 6)
+    perm, perm_e = rng.permutation(9), rng.permutation(6)  # new slot i holds old node perm[i]
+    inv, inv_e = np.argsort(perm), np.argsort(perm_e)
+    relabel = lambda x, inverse: np.where(x >= 0, inverse[np.maximum(x, 0)], x)  # noqa: E731
+    args = (parent, mask, event_q, event_node, np.float32(1.0))
+    moved = (relabel(parent[perm], inv), mask[perm], relabel(event_q[perm], inv_e), relabel(event_node[perm_e], inv),
+             np.float32(1.0))
+    cov, cov2 = (sera.leaf_coverage(*(jnp.asarray(a) for a in x)) for x in (args, moved))
+    np.testing.assert_allclose(cov.reward_e[perm_e], cov2.reward_e, rtol=1e-6)
+    np.testing.assert_allclose(cov.reward_q[perm], cov2.reward_q, rtol=1e-6)
+    np.testing.assert_array_equal(cov.leaf_q[perm], cov2.leaf_q)
 
 
-def test_permuting_trees_permutes_advantages():
-    f = random_forest(5, num_tasks=2, num_trees=6)
-    perm = np.random.default_rng(1).permutation(6)
-    permuted = {k: v[:, perm] for k, v in f.items()}
-    chex.assert_trees_all_close(jax.tree.map(lambda x: x[:, perm], run_coverage(f)), run_coverage(permuted),
-                                rtol=1e-6)
-    chex.assert_trees_all_close(jax.tree.map(lambda x: x[:, perm], run_execution(f)), run_execution(permuted),
-                                rtol=1e-6)
-    x, m = jnp.asarray(f["outcome"]), jnp.asarray(f["mask"].any(-1))
-    np.testing.assert_allclose(sera.batched_loo_advantage(x, m)[:, perm],
-                               sera.batched_loo_advantage(x[:, perm], m[:, perm]), rtol=1e-6)
+def test_event_rewards_sum_over_the_tree():
+    """A tree's root-level events together cover every leaf below the root exactly once."""
+    parent_q, node_mask_q, event_q, event_node_e = hand_tree()
+    cov = sera.leaf_coverage(parent_q, node_mask_q, event_q, event_node_e, jnp.float32(1.0))
+    root_events = np.asarray(event_node_e) == 0
+    np.testing.assert_allclose(np.asarray(cov.reward_e)[root_events].sum(), 1.0, rtol=1e-6)
 
 
-def test_padding_never_changes_results():
-    f = random_forest(6)
-    num_tasks, num_trees, num_slots, num_c = f["weight"].shape
-    more_k, more_q, more_c = 2, 5, 2
-
-    def pad(x, fill=0):
-        widths = [(0, 0), (0, more_k), (0, more_q), (0, more_c)][: x.ndim]
-        return np.pad(x, widths, constant_values=fill)
-
-    padded = {k: pad(v) for k, v in f.items()}
-    padded["parent"] = pad(f["parent"], -9)
-    cov, dec = run_coverage(f)
-    cov_p, dec_p = run_coverage(padded)
-    real = (slice(None), slice(0, num_trees), slice(0, num_slots))
-    chex.assert_trees_all_close(jax.tree.map(lambda x: x[real], cov_p), cov, rtol=1e-6)
-    np.testing.assert_allclose(dec_p[real], dec, rtol=1e-6)
-    np.testing.assert_array_equal(cov_p.reward_q[:, num_trees:], 0.0)
-    (r, a), (r_p, a_p) = run_execution(f), run_execution(padded)
-    np.testing.assert_allclose(r_p[real], r, rtol=1e-6)
-    np.testing.assert_allclose(a_p[real], a, rtol=1e-6)
-    np.testing.assert_array_equal(a_p[:, num_trees:], 0.0)
-
-
-def test_finite_outputs():
-    f = random_forest(7)
-    f["weight"] = np.zeros_like(f["weight"])  # no positive criterion weight anywhere
-    chex.assert_tree_all_finite(run_execution(f))
-    f["mask"] = np.zeros_like(f["mask"])  # an empty update
-    chex.assert_tree_all_finite((run_coverage(f), run_execution(f)))
-    w = sera.depth_weights(jnp.zeros(5, jnp.int32), jnp.zeros(5, bool))
-    chex.assert_tree_all_finite(w)
-
-
-# ------------------------------------------------------------------------------------------- jit
-
-
-def test_jit_equals_no_jit():
-    f = random_forest(8, num_tasks=1, num_trees=2, num_slots=5)
-    cov, dec = run_coverage(f)
-    reward, adv = run_execution(f)
-    args = {k: jnp.asarray(v[0]) for k, v in f.items()}
+def test_jit_equals_no_jit_and_max_depth():
+    f = random_forest(5, num_tasks=1, num_trees=2)
+    args = [jnp.asarray(f[k][0, 1]) for k in ("parent", "mask", "event_q", "event_node", "outcome")]
+    jitted = jax.jit(sera.leaf_coverage)(*args)
     with jax.disable_jit():
-        for k in range(2):
-            eager = sera.leaf_coverage(args["parent"][k], args["mask"][k], args["success"][k])
-            chex.assert_trees_all_close(jax.tree.map(lambda x, k=k: x[0, k], cov), eager, rtol=1e-6)
-        eager_dec = sera.decomposition_advantage(cov.reward_q[0], cov.delegation_q[0])
-        eager_r = jax.vmap(sera.execution_reward)(args["parent"], args["mask"], args["gate"], args["weight"],
-                                                  args["score"], args["crit_mask"], args["outcome"])
-        eager_adv = sera.tree_loo_advantage(eager_r, args["mask"], tree_average=False)
-    np.testing.assert_allclose(dec[0], eager_dec, rtol=1e-6)
-    np.testing.assert_allclose(reward[0], eager_r, rtol=1e-6)
-    np.testing.assert_allclose(adv[0], eager_adv, rtol=1e-6, atol=1e-6)
-
-
-def test_compiles_once():
-    @jax.jit
-    @chex.assert_max_traces(n=1)
-    def update(parent, mask, success, gate, weight, score, crit_mask, outcome):
-        _, dec = sera.batched_leaf_coverage(parent, mask, success)
-        _, adv = sera.batched_execution_reward(parent, mask, gate, weight, score, crit_mask, outcome)
-        depth = sera.batched_node_depth(parent, mask)
-        w = sera.batched_depth_weights(depth.ravel(), mask.ravel()).reshape(mask.shape)
-        return dec, adv * w
-
-    keys = ("parent", "mask", "success", "gate", "weight", "score", "crit_mask", "outcome")
-    for seed in (9, 10, 11):
-        f = random_forest(seed)
-        chex.assert_tree_all_finite(update(*(jnp.asarray(f[k]) for k in keys)))
-    before = sera.batched_leaf_coverage._cache_size()
-    for seed in (12, 13):
-        run_coverage(random_forest(seed, num_tasks=1, num_trees=2, num_slots=4))
-    assert sera.batched_leaf_coverage._cache_size() == before + 1
-
-
-def test_max_depth_is_a_parameter():
+        eager = sera.leaf_coverage(*args)
+    chex.assert_trees_all_close(jitted, eager, rtol=1e-6)
     chain = jnp.array([-1, 0, 1, 2, 3, 4], jnp.int32)  # a path of depth 5: one leaf, every node covers it
-    mask = jnp.ones(6, bool)
-    full = sera.leaf_coverage(chain, mask, jnp.array(True), max_depth=5)
-    np.testing.assert_allclose(full.reward_q, [0, 1, 1, 1, 1, 1])
-    cut = functools.partial(sera.subtree_leaf_counts, max_depth=3)(chain, mask)[1]
+    mask, ev = jnp.ones(6, bool), jnp.array([-1, 0, 1, 2, 3, 4], jnp.int32)
+    full = sera.leaf_coverage(chain, mask, ev, jnp.arange(5, dtype=jnp.int32), jnp.float32(1.0), max_depth=5)
+    np.testing.assert_allclose(full.reward_e, 1.0)
+    cut = sera.subtree_leaf_counts(chain, mask, max_depth=3)[1]
     np.testing.assert_allclose(cut, [0, 0, 1, 1, 1, 1])  # documented truncation beyond max_depth

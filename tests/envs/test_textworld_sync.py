@@ -1,570 +1,325 @@
-"""TextWorld-Sync: the single-dish cross-check against TextWorld, the rules on a hand-built world, concurrency
-(interleaved agents == the serialised order), the generator and manifest, the planner oracle (one agent and teams)
-on a sample of every family and difficulty, the verifier, and the Env wrapper (snapshots, limits, agents)."""
+"""The released TextWorld-Sync engine (envs/textworld_sync): hand-checked cases against the authors' engine as read
+in GitHub ``OliverLeeXZ/SERA`` (``Runtime/environments/textworld/composite_cooking.py``: ``_valid_actions``,
+``_step_locked``, ``_apply``, ``_set_preparation``, ``_consume_tool`` / ``_advance_tool_cooldowns``, ``_observation``,
+``_infos``; ``composite_scorer.py``: ``score_task``; the runtime's inventory lookup in
+``Training/runtime/textworld_continuous_policy/env.py``), the Env protocol (reset / step / lookups / budgets /
+snapshot and restore), and the released files (splits, counts, the evaluator manifests, a missing data folder).
+Agents, the planner on released tasks and the verifier: test_textworld_sync_agents.py. Needs $AGENTJAX_DATA (or
+../shared/data) for the data tests."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
+import collections
+import json
 import pickle
-import random
-import sys
-import threading
 
 import pytest
 
 from envs.base import Task
-from envs.textworld_sync import (
-    DIFFICULTIES,
-    FAMILIES,
-    LEVELS,
-    SPLIT_SIZES,
-    TeamOracle,
-    TextWorldSyncEnv,
-    World,
-    WorldState,
-    admissible,
-    assign,
-    check,
-    describe,
-    generate,
-    next_command,
-    plan,
-    replay,
-    rules,
-    subgoals,
-    verify,
-)
-from envs.textworld_sync.state import Dish, Door, Furniture, Ingredient, Item, Room
-from envs.textworld_sync.text import objective
-
-SAMPLE = [(f, d, s) for f in FAMILIES for d in DIFFICULTIES for s in (0, 1)]  # 56 worlds: every family x difficulty
-JUNK = [
-    "",
-    "   ",
-    "jump",
-    "go up",
-    "take",
-    "take the moon",
-    "cook knife with stove",
-    "eat knife",
-    "open counter",
-    "unlock fridge with knife",
-    "prepare",
-    "prepare meal",
-    "slice carrot with cookbook",
-    "\x00",
-    "🙂" * 3,
-    "put carrot on fridge",
-    "insert carrot into counter",
-    "go north north",
-    "take fridge",
-    "a" * 3000,
-]
+from envs.textworld_sync import ROOT, TextWorldSyncEnv, World, build, score_task, valid_actions
+from envs.textworld_sync import tasks as tasks_module
 
 
-# -- a hand-built world ------------------------------------------------------------------------------------------------
-def tiny(shared: bool = True) -> WorldState:
-    """kitchen --(plain door, closed)-- pantry (east). Salad: carrot (sliced, roasted) + salt; stew: red potato
-    (diced, fried). The salt is in the pantry's locked chest; its brass key is on the counter."""
-    rooms = {
-        "kitchen": Room("kitchen", {"east": "pantry"}, {"east": "plain door"}),
-        "pantry": Room("pantry", {"west": "kitchen"}, {"west": "plain door"}),
-    }
-    doors = {"plain door": Door("plain door", ("kitchen", "pantry"), "closed")}
-    furniture = {
-        "fridge": Furniture("fridge", "kitchen", "container", "closed"),
-        "counter": Furniture("counter", "kitchen", "supporter"),
-        "stove": Furniture("stove", "kitchen", "supporter", heat="fried"),
-        "oven": Furniture("oven", "kitchen", "container", "closed", heat="roasted"),
-        "shelf": Furniture("shelf", "pantry", "supporter"),
-        "chest": Furniture("chest", "pantry", "container", "locked", key="brass key"),
-    }
-    veg = dict(edible=True, cookable=True, cuttable=True)
-    items = {
-        "cookbook": Item("cookbook", "cookbook", ("on", "counter")),
-        "knife": Item("knife", "knife", ("on", "counter")),
-        "brass key": Item("brass key", "key", ("on", "counter"), opens="chest"),
-        "carrot": Item("carrot", "food", ("in", "fridge"), **veg),
-        "milk": Item("milk", "food", ("in", "fridge"), drinkable=True, some=True),
-        "red potato": Item("red potato", "food", ("on", "shelf"), cookable=True, needs_cooking=True, cuttable=True),
-        "salt": Item("salt", "food", ("in", "chest"), edible=True),
-        "red apple": Item("red apple", "food", ("room", "pantry"), **veg),
-    }
-    dishes = [
-        Dish("salad", (Ingredient("carrot", "roasted", "sliced"), Ingredient("salt", "raw", "uncut"))),
-        Dish("stew", (Ingredient("red potato", "fried", "diced"),)),
-    ]
-    state = WorldState(rooms, doors, furniture, items, dishes, shared_inventory=shared, objective=objective(dishes))
-    rules.init_points(state)
-    return state
+def recipe(name, *prep, source="kitchen.fridge"):
+    return {"name": name, "preparation": list(prep), "candidate_source_locations": [source]}
 
 
-def tiny_world(shared: bool = True, agents=("a",)) -> World:
-    world = World(tiny(shared))
-    for agent in agents:
-        world.add_agent(agent)
-    return world
+def hand_task(dishes, *, locations=5, doors=0, limit_inventory=0, capacity=None, cooldown=0, gated=(), budget=50):
+    parallelism = {"mechanisms": {"tool_cooldown_steps": cooldown}, "resource_capacity": capacity,
+                   "dependencies": [{"from": "gate_1", "to": d, "type": "door"} for d in gated],
+                   "shared_environment_max_steps": budget}
+    meta = {"dishes": [{"dish_id": d, "recipe": r} for d, r in dishes.items()], "parallelism": parallelism,
+            "game_params": {"numLocations": locations, "includeDoors": doors, "limitInventorySize": limit_inventory,
+                            "numDistractorItems": 2}, "budget": budget, "description": "Cook by hand."}
+    return Task("textworld_sync", "hand", "test", 0, meta)
 
 
-SOLUTION = [
-    "examine cookbook",
-    "take knife from counter",
-    "take brass key from counter",
-    "open fridge",
-    "take carrot from fridge",
-    "slice carrot with knife",
-    "cook carrot with oven",
-    "open plain door",
-    "go east",
-    "unlock chest with brass key",
-    "open chest",
-    "take salt from chest",
-    "take red potato from shelf",
-    "dice red potato with knife",
-    "go west",
-    "cook red potato with stove",
-    "prepare salad",
-    "eat salad",
-    "prepare stew",
-    "eat stew",
-]
+TWO_DISHES = {"dish_1": [recipe("carrot", "roasted", "sliced"), recipe("salt", "raw", "uncut", source="pantry.shelf")],
+              "dish_2": [recipe("banana", "grilled", "uncut", source="garden")]}
 
 
-def physical(state: WorldState) -> WorldState:
-    """The state without step counts, histories and the log (what an invalid command must not change)."""
-    agents = {k: dataclasses.replace(a, steps=0, history=[]) for k, a in state.agents.items()}
-    return dataclasses.replace(copy.deepcopy(state), agents=agents, log=[])
+def world(task, budget=None):
+    w = World(build(task.meta, budget or task.meta["budget"]))
+    w.add_agent(ROOT)
+    return w
 
 
-def test_rules_on_a_hand_built_world_scores_and_wins():
-    world = tiny_world()
-    assert world.score == (0, 11)  # 3 take + 2 cook + 2 cut + 2 prepare + 2 eat (the salt stays raw and uncut)
-    texts, scores = [], []
-    for command in SOLUTION:
-        r = world.step("a", command)
-        assert r.valid, (command, r.text)
-        texts.append(r.text)
-        scores.append(r.score)
-    assert r.won and r.done and not r.lost and r.score == 11
-    assert texts[5] == "You slice the carrot." and texts[6] == "You roasted the carrot."
-    assert texts[3] == "You open the fridge, revealing a carrot and some milk."
-    assert texts[9] == "You unlock the chest." and texts[7] == "You open plain door."
-    assert texts[16] == "Adding the salad to your inventory." and texts[17] == "You eat the salad. Not bad."
-    assert scores[:5] == [0, 0, 0, 0, 1] and scores[-1] == 11
-    assert world.step("a", "look").text == "The game is over."
+def steps(w, *commands, agent=ROOT):
+    return [w.step(agent, c) for c in commands]
 
 
-def test_rule_messages_failures_and_lost_games():
-    world = tiny_world()
-    say = lambda c: world.step("a", c)  # noqa: E731
-    assert say("go east").text == "You have to open the plain door first."
-    assert say("take carrot").text == "You can't see any such thing."  # in the closed fridge
-    assert say("prepare salad").text == "You still miss something."
-    assert say("prepare soup").text.startswith("The cookbook has no recipe called 'soup'")
-    say("open fridge")
-    say("take carrot from fridge")
-    assert say("prepare salad").text == "Something still needs to be cooked."  # Inform 7's check: carrot first
-    assert say("slice carrot with knife").text == "You need to take the knife first."
-    say("take knife from counter")
-    assert (
-        say("slice carrot with knife").valid and say("dice carrot with knife").text == "The carrot is already sliced."
-    )
-    assert say("cook knife with stove").text == "Can only cook food."
-    assert say("eat knife").text == "That's plainly inedible."
-    assert say("take fridge").text == "That's fixed in place."
-    say("open plain door")
-    say("go east")
-    assert say("open chest").text == "The chest is locked."
-    assert say("unlock chest with knife").text == "That doesn't seem to fit the lock."
-    assert say("prepare salad").text == "Can only prepare salad in the kitchen."
-    say("take red potato from shelf")
-    assert say("eat red potato").text == "You should cook the red potato first."
-    assert say("take red apple").text == "You pick up the red apple from the ground."
-    assert say("eat red apple").valid and not world.lost  # a distractor: eating it is harmless
-    say("go west")
-    assert say("cook carrot with oven").text == "You roasted the carrot."
-    assert (
-        say("inventory").text == "You are carrying: a raw red potato, a knife and a sliced roasted carrot."
-    )  # latest first
-    r = say("cook carrot with stove")
-    assert r.text == "You burned the carrot!" and r.lost and r.done and not r.won
-    assert world.read(lambda s: s.failed) == {"salad": "the carrot was burned"}
+# -- the engine, hand-checked ------------------------------------------------------------------------------------------
+def test_reset_observation_and_valid_actions():
+    """``_valid_actions`` and ``_observation`` at reset: 5 locations (no dining room, so no ``move south``), the
+    carrot in the kitchen (fridge), the salt in the pantry, the banana in the garden."""
+    text, info = world(hand_task(TWO_DISHES)).observe(ROOT)
+    assert info["validActions"] == ["look around", "inventory", "read cookbook", "go to pantry", "go to garden",
+                                    "go to supermarket", "go to hallway", "move north", "move east", "move west",
+                                    "take knife", "take carrot"]
+    assert text == ("You are in the kitchen.\nVisible objects: carrot\nShared kitchen gate: open.\n"
+                    "Shared tool cooldowns: none.\nShared prepared counter: (empty)\nDish progress:\n"
+                    "- dish_1: 0/2 ingredients prepared, meal_prepared=False, meal_eaten=False\n"
+                    "- dish_2: 0/1 ingredients prepared, meal_prepared=False, meal_eaten=False\n"
+                    "Shared steps remaining: 50\nValid Actions are listed below.")
+    assert {k: info[k] for k in ("inventory", "score", "tasksuccess", "taskfailure", "done", "steps",
+                                 "remaining_shared_steps", "agent_location", "completed_dishes", "total_dishes")} == {
+        "inventory": "(empty)", "score": 0.0, "tasksuccess": False, "taskfailure": False, "done": False, "steps": 0,
+        "remaining_shared_steps": 50, "agent_location": "kitchen", "completed_dishes": 0, "total_dishes": 2}
 
 
-@pytest.mark.parametrize(
-    "commands, reason",
-    [
-        (
-            ["open fridge", "take carrot from fridge", "take knife from counter", "dice carrot with knife"],
-            "the carrot was diced, the recipe needs it sliced",
-        ),
-        (
-            ["open fridge", "take carrot from fridge", "cook carrot with stove"],
-            "the carrot was fried, the recipe needs it roasted",
-        ),
-        (["open fridge", "take carrot from fridge", "eat carrot"], "the carrot was consumed"),
-    ],
-)
-def test_wrong_processing_makes_the_dish_impossible(commands, reason):
-    world = tiny_world()
-    for c in commands:
-        r = world.step("a", c)
-    assert r.lost and r.done and world.read(lambda s: s.failed) == {"salad": reason}
+def test_a_whole_episode_by_hand():
+    """``_apply`` / ``_set_preparation`` / ``_mark_ready``: a taken item waits in the inventory until its preparation
+    equals the recipe's, then moves to the counter; raw-uncut items go there at once; reward 1 on the last step."""
+    w = world(hand_task(TWO_DISHES))
+    r = steps(w, "take carrot")[0]
+    assert r.infos["inventory"] == "carrot" and "Visible objects: (none)" in r.observation
+    assert r.infos["validActions"][-3:] == ["take knife", "slice carrot", "cook carrot in oven"]
+    r = steps(w, "cook carrot in oven")[0]
+    assert w.read(lambda s: s.items["carrot"].actual) == {"roasted"} and r.infos["validActions"][-1] == "slice carrot"
+    r = steps(w, "slice carrot")[0]
+    assert r.infos["inventory"] == "(empty)" and "Shared prepared counter: carrot\n" in r.observation
+    assert "- dish_1: 1/2 ingredients prepared" in r.observation
+    r = steps(w, "move north", "take salt")[-1]
+    assert r.infos["agent_location"] == "pantry" and r.infos["inventory"] == "(empty)"
+    assert "Shared prepared counter: carrot, salt\n" in r.observation
+    assert r.infos["validActions"][-1] == "prepare dish_1"
+    r = steps(w, "prepare dish_1", "eat dish_1")[-1]
+    assert "- dish_1: 2/2 ingredients prepared, meal_prepared=True, meal_eaten=True" in r.observation
+    assert (r.infos["score"], r.infos["completed_dishes"], r.reward, r.done) == (0.0, 1, 0.0, False)  # binary score
+    results = steps(w, "go to garden", "take banana", "cook banana on grill", "prepare dish_2", "eat dish_2")
+    assert [x.reward for x in results] == [0, 0, 0, 0, 1.0] and results[-1].done
+    assert results[-1].infos["tasksuccess"] and results[-1].infos["score"] == 1.0
+    assert results[-1].infos["remaining_shared_steps"] == 50 - 12 and w.won
 
 
-def test_invalid_commands_change_nothing_and_never_raise():
-    world = tiny_world()
-    before = physical(world.snapshot())
-    for i, command in enumerate(JUNK, 1):
-        r = world.step("a", command)
-        assert not r.valid and not r.done and r.reward == 0.0, command
-        assert physical(world.snapshot()) == before, command
-        assert world.read(lambda s: s.agents["a"].steps) == i
-    with pytest.raises(TypeError):
-        world.step("a", None)  # type: ignore[arg-type]
-    with pytest.raises(KeyError, match="add_agent"):
-        world.step("nobody", "look")
+def test_acceptance_and_that_every_command_uses_a_step():
+    """``_step_locked``: accepted = a valid action exactly (stripped), or a look / inventory command in any case;
+    rejected commands change nothing but still use a shared step and are logged with the engine's error."""
+    w = world(hand_task(TWO_DISHES, budget=10))
+    before = w.snapshot().items["carrot"]
+    results = steps(w, "jump", "TAKE CARROT", "take  carrot", "place carrot on counter", "Look Around",
+                    "  take carrot ", "View   Inventory", "take knife", "read cookbook")
+    assert [r.accepted for r in results] == [False, False, False, False, True, True, True, True, True]
+    assert before.collected is False and w.read(lambda s: (s.inventory, s.steps)) == (["carrot"], 9)
+    events = w.read(lambda s: s.events)
+    assert events[0].error == "Action is not valid in the current composite world state." and events[4].error is None
+    assert [e.sequence for e in events] == list(range(1, 10)) and events[5].action == "take carrot"
 
 
-def test_admissible_commands_are_executable():
-    """Every admissible command of a random walk is valid when issued (a generated world, two agents)."""
-    rng = random.Random(0)
-    world = World(generate("nested", "medium", 3))
-    world.add_agent("a")
-    world.add_agent("b")
-    for step in range(150):
-        agent = "ab"[step % 2]
-        options = [c for c in world.admissible(agent) if not c.startswith(("eat", "drink"))]
-        command = rng.choice(options)
-        r = world.step(agent, command)
-        assert r.valid, (command, r.text)
-        if r.done:
-            break
+def test_tool_cooldown_is_shared_and_lasts_one_step():
+    """``_consume_tool`` sets c + 1, ``_advance_tool_cooldowns`` takes one off after every step (any agent's)."""
+    dishes = {"dish_1": [recipe("carrot", "raw", "sliced"), recipe("red apple", "raw", "diced"),
+                         recipe("red potato", "fried", "uncut")]}
+    w = world(hand_task(dishes, cooldown=1))
+    w.add_agent("child")
+    r = steps(w, "take carrot", "take red apple", "take red potato", "slice carrot")[-1]
+    assert "Shared tool cooldowns: knife:1." in r.observation
+    assert "dice red apple" not in r.infos["validActions"] and "cook red potato in stove" in r.infos["validActions"]
+    r = w.step("child", "cook red potato in stove")  # another agent's step ends the knife's cooldown
+    assert "Shared tool cooldowns: stove:1." in r.observation and "dice red apple" in r.infos["validActions"]
+    assert "cook red potato in stove" not in r.infos["validActions"]
+    assert w.read(lambda s: (s.counter, s.items["red potato"].actual)) == ({"carrot", "red potato"},
+                                                                           {"fried", "uncut"})
 
 
-# -- concurrency -------------------------------------------------------------------------------------------------------
-@pytest.fixture
-def fast_switching():
-    saved = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # make threads interleave as often as possible
-    yield
-    sys.setswitchinterval(saved)
+def test_inventory_capacity():
+    """``limitInventorySize`` is read as a capacity (the flag 1 holds one item); ``resource_capacity.inventory``
+    replaces it; while full, no take at all is listed (raw items included)."""
+    dishes = {"dish_1": [recipe("carrot", "raw", "sliced"), recipe("water", "raw", "uncut")]}
+    w = world(hand_task(dishes, limit_inventory=1))
+    r = steps(w, "take carrot")[0]
+    assert not any(a.startswith("take ") and a != "take knife" for a in r.infos["validActions"])
+    assert not steps(w, "take water")[0].accepted
+    assert "take water" in steps(w, "slice carrot")[0].infos["validActions"]
+    assert build(hand_task(dishes, limit_inventory=1, capacity={"inventory": 2}).meta, 9).capacity == 2
+    assert build(hand_task(dishes, capacity={"knife": 1, "stove": 1}).meta, 9).capacity == 0  # only inventory counts
 
 
-def test_commands_are_serialised(monkeypatch, fast_switching):
-    """No two commands ever execute at once, whatever the threads do."""
-    active, overlaps = [0], []
-    real = rules.execute
-
-    def watched(state, agent, command):
-        active[0] += 1
-        overlaps.append(active[0])
-        for _ in range(200):  # give other threads a chance to enter
-            pass
-        out = real(state, agent, command)
-        active[0] -= 1
-        return out
-
-    monkeypatch.setattr(rules, "execute", watched)
-    world = tiny_world(agents=("a", "b", "c", "d"))
-    barrier = threading.Barrier(4)
-
-    def worker(agent):
-        barrier.wait()
-        for _ in range(50):
-            world.step(agent, "look")
-
-    threads = [threading.Thread(target=worker, args=(a,)) for a in "abcd"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(overlaps) == 200 and max(overlaps) == 1
+def test_the_gate_hides_the_gated_dishes():
+    """``includeDoors`` closes the gate; ``gate_1`` edges name the dishes whose ingredients it hides."""
+    w = world(hand_task(TWO_DISHES, doors=1, gated=("dish_2",)))
+    r = steps(w, "go to garden")[0]
+    assert "Visible objects: (none)" in r.observation and "Shared kitchen gate: closed." in r.observation
+    assert "open door" in r.infos["validActions"] and "take banana" not in r.infos["validActions"]
+    r = steps(w, "open door")[0]
+    assert "Visible objects: banana" in r.observation and "take banana" in r.infos["validActions"]
+    assert "open door" not in r.infos["validActions"]
+    assert build(hand_task(TWO_DISHES, gated=("dish_2",)).meta, 9).gate_open  # no doors: open
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_interleaved_agents_equal_the_serialised_order(shared, fast_switching):
-    """Three agents in three threads: random admissible commands, then each its oracle's commands, until the
-    world is won. Replaying the world's commit log one command at a time gives exactly the same final state."""
-    world = World(generate("dag", "hard", 4, shared_inventory=shared))
-    agents = ["a", "b", "c"]
-    for agent in agents:
-        world.add_agent(agent, max_steps=400)
-    initial = world.snapshot()
-    team = TeamOracle(world, assign(initial, agents))
-    barrier = threading.Barrier(3)
-
-    def worker(agent, seed):
-        rng = random.Random(seed)
-        barrier.wait()
-        for _ in range(15):
-            safe = [c for c in world.admissible(agent) if c.split()[0] in ("go", "look", "open", "examine", "take")]
-            world.step(agent, rng.choice(safe))
-        while not (world.won or world.lost):
-            if world.step(agent, team.next(agent)).done:
-                break
-
-    threads = [threading.Thread(target=worker, args=(a, k)) for k, a in enumerate(agents)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    final = world.snapshot()
-    assert final.won
-    owners = {a for a, _ in final.log}
-    assert owners == set(agents) and len(final.log) > 45
-    assert replay(initial, final.log) == final
+def test_rooms_and_moves():
+    assert world(hand_task(TWO_DISHES, locations=2)).read(lambda s: s.rooms) == (
+        "kitchen", "pantry", "garden", "supermarket")  # at least 4
+    w = world(hand_task(TWO_DISHES, locations=11))
+    assert w.read(lambda s: len(s.rooms)) == 11
+    r = steps(w, "move south", "go to attic", "go to nowhere")
+    assert [x.infos["agent_location"] for x in r] == ["dining room", "attic", "attic"] and not r[2].accepted
+    assert "move south" in r[1].infos["validActions"] and "take knife" not in r[1].infos["validActions"]
 
 
-# -- the planner oracle ------------------------------------------------------------------------------------------------
-def test_oracle_solves_every_family_and_difficulty_within_the_step_limit():
+def test_scorer_cases():
+    """``score_task``: complete = collected, not deleted, preparation equal; a preparation outside the recipe or a
+    deleted ingredient is a failure; an empty recipe preparation never matches the engine's {raw, uncut}."""
+    dishes = [{"dish_id": "d", "recipe": [recipe("x", "roasted", "sliced"), recipe("y", "raw", "uncut")]}]
+
+    def tree(x, y, prepared=True, eaten=True):
+        return {"dishes": {"d": {"ingredients": {"x": x, "y": y}, "meal_prepared": prepared, "meal_eaten": eaten}}}
+
+    done = {"collected": True, "deleted": False, "preparation": ["roasted", "sliced"]}
+    raw = {"collected": True, "deleted": False, "preparation": ["raw", "uncut"]}
+    assert score_task(dishes, tree(done, raw))["task_success"]
+    assert not score_task(dishes, tree(done, raw, eaten=False))["task_success"]
+    half = score_task(dishes, tree({**done, "preparation": ["roasted"]}, raw))
+    assert (half["task_success"], half["task_failure"], half["dish_results"][0]["completed_ingredients"]) == (
+        False, False, 1)
+    assert score_task(dishes, tree({**done, "preparation": ["fried", "sliced"]}, raw))["task_failure"]
+    assert score_task(dishes, tree(done, {**raw, "deleted": True}))["task_failure"]
+    assert score_task([], {})["score"] == 0.0
+    w = world(hand_task({"dish_1": [recipe("flour")]}))  # preparation []: ready at once, never complete
+    r = steps(w, "take flour", "prepare dish_1", "eat dish_1")[-1]
+    assert r.accepted and r.infos["completed_dishes"] == 0 and not r.done
+
+
+def test_the_shared_budget_ends_the_world():
+    w = world(hand_task(TWO_DISHES, budget=3))
+    r = steps(w, "jump", "take carrot", "look around")
+    assert [x.done for x in r] == [False, False, True] and r[-1].infos["remaining_shared_steps"] == 0
+    late = w.step(ROOT, "slice carrot")  # ignored once done (a deviation: the engine applies it past the budget)
+    assert late.done and not late.accepted and w.read(lambda s: (s.steps, len(s.events), s.counter)) == (3, 3, set())
+
+
+# -- the Env -----------------------------------------------------------------------------------------------------------
+def test_env_reset_step_and_anchor():
     env = TextWorldSyncEnv()
-    for family, difficulty, seed in SAMPLE:
-        task = Task(
-            "textworld_sync",
-            f"{family}.{difficulty}.{seed}",
-            "test",
-            seed,
-            {"family": family, "difficulty": difficulty},
-        )
-        obs = env.reset(task)
-        while not env.done:
-            action = env.oracle()
-            assert action in obs.admissible, (task.task_id, action)
-            obs, reward, done, info = env.step(action)
-            assert info["valid"], (task.task_id, action, obs.text)
-        assert info["won"] and not info["truncated"] and info["score"] == info["max_score"], task.task_id
-        assert env.steps <= LEVELS[difficulty].max_steps
-
-
-def test_oracle_on_manifest_samples():
-    env = TextWorldSyncEnv()
-    for split in SPLIT_SIZES:
-        for task in TextWorldSyncEnv.tasks(split)[::97]:
-            env.reset(task)
-            while not env.done:
-                _, _, _, info = env.step(env.oracle())
-            assert info["won"], task.task_id
-
-
-def test_replanning_continues_the_plan_and_recovers_from_detours():
-    rng = random.Random(3)
-    for family in FAMILIES:
-        world = World(generate(family, "medium", 5))
-        world.add_agent("a")
-        full = plan(world.snapshot(), "a")
-        for command in full[:25]:  # re-planning from each state along the plan gives the plan's next command
-            assert next_command(world.snapshot(), "a") == command
-            world.step("a", command)
-        for _ in range(12):  # a detour: random harmless commands
-            safe = [
-                c
-                for c in world.admissible("a")
-                if c.split()[0] in ("go", "open", "close", "take", "drop", "put", "insert", "look")
-            ]
-            world.step("a", rng.choice(safe))
-        for command in plan(world.snapshot(), "a"):
-            assert world.step("a", command).valid
-        assert world.won, family
-
-
-@pytest.mark.parametrize("shared", [True, False])
-def test_team_oracle_solves_every_family(shared):
-    for k, family in enumerate(FAMILIES):
-        difficulty = DIFFICULTIES[1 + k % 3]
-        world = World(generate(family, difficulty, 7, shared_inventory=shared))
-        agents = ["a", "b"] if k % 2 else ["a", "b", "c"]
-        for agent in agents:
-            world.add_agent(agent)
-        assignment = assign(world.snapshot(), agents)
-        assert sorted(d for ds in assignment.values() for d in ds) == sorted(
-            d.name for d in world.read(lambda s: s.dishes)
-        )
-        rounds = TeamOracle(world, assignment).run(max_rounds=300)
-        assert world.won, (family, difficulty, shared)
-        single = len(plan(_fresh(family, difficulty, 7), "a"))
-        assert rounds <= single, (family, difficulty, rounds, single)  # the team is never slower than one agent
-
-
-def _fresh(family, difficulty, seed) -> WorldState:
-    world = World(generate(family, difficulty, seed))
-    world.add_agent("a")
-    return world.snapshot()
-
-
-def test_planner_errors():
-    state = _fresh("parallel", "easy", 0)
-    with pytest.raises(KeyError, match="agents are"):
-        plan(state, "ghost")
+    obs = env.reset(hand_task(TWO_DISHES))
+    assert obs.text.startswith("You are in the kitchen.") and obs.instruction == "Cook by hand."
+    assert obs.admissible[-1] == "take carrot" and "Shared steps remaining" not in obs.anchor
+    assert obs.anchor.endswith("Valid Actions are listed below.\nInventory: (empty)")
+    obs2, reward, done, info = env.step("take carrot")
+    assert obs2.anchor.endswith("Inventory: carrot") and (reward, done) == (0.0, False)
+    assert {k: info[k] for k in ("won", "valid", "truncated", "score", "completed_dishes", "total_dishes",
+                                 "remaining_shared_steps", "lookup")} == {
+        "won": False, "valid": True, "truncated": False, "score": 0.0, "completed_dishes": 0, "total_dishes": 2,
+        "remaining_shared_steps": 49, "lookup": False}
+    assert not env.step("jump")[3]["valid"] and env.world.budget_left == 48
+    assert TextWorldSyncEnv(admissible=False).reset(hand_task(TWO_DISHES)).admissible is None
     with pytest.raises(ValueError, match="dishes"):
-        plan(state, "a", ["nonexistent dish"])
-    world = tiny_world()
-    for c in ["open fridge", "take carrot from fridge", "eat carrot"]:
-        world.step("a", c)
-    assert next_command(world.snapshot(), "a") == "look"  # lost: nothing to do
-
-
-# -- the verifier ------------------------------------------------------------------------------------------------------
-def test_verifier_on_a_played_world():
-    world = tiny_world()
-    goals = subgoals(world)
-    assert goals[-1] == {"kind": "all_dishes_eaten"} and len(goals) == 3 + 2 * 2 + 1
-    assert not any(verify(world, g) for g in goals)
-    sliced = {"kind": "ingredient_processed", "ingredient": "carrot", "how": "sliced"}
-    roasted = {"kind": "ingredient_processed", "ingredient": "carrot", "how": "roast"}
-    ready = {"kind": "ingredient_ready", "ingredient": "carrot", "agent": "a"}
-    for command in SOLUTION[:6]:
-        world.step("a", command)
-    assert verify(world, sliced) and not verify(world, roasted) and not verify(world, ready)
-    assert verify(world, {"kind": "has", "item": "knife", "agent": "a"})
-    assert verify(world, {"kind": "all", "goals": [sliced, {"kind": "not", "goal": roasted}]})
-    world.step("a", SOLUTION[6])
-    assert (
-        verify(world, roasted)
-        and verify(world, ready)
-        and verify(world, {"kind": "ingredient_processed", "ingredient": "carrot"})
-    )
-    assert verify(world, {"kind": "cookbook_read", "agent": "a"}) and verify(
-        world, {"kind": "open", "target": "fridge"}
-    )
-    assert not verify(world, {"kind": "unlocked", "target": "chest"}) and verify(
-        world, {"kind": "at", "agent": "a", "room": "kitchen"}
-    )
-    assert verify(world, {"kind": "located", "item": "cookbook", "room": "kitchen"})
-    for command in SOLUTION[7:18]:
-        world.step("a", command)
-    assert verify(world, {"kind": "dish_eaten", "dish": "salad"}) and not verify(
-        world, {"kind": "dish_prepared", "dish": "stew"}
-    )
-    assert verify(world, ready)  # its dish is made: the carrot stays processed as required
-    assert check(world, {"kind": "all_dishes_eaten"}).reason == "not eaten yet: ['stew']"
-    for command in SOLUTION[18:]:
-        world.step("a", command)
-    assert all(verify(world, g) for g in goals)
-    assert (
-        describe(sliced) == "Make the carrot sliced."
-        and describe({"kind": "dish_eaten", "dish": "stew"}) == "Prepare and eat the stew."
-    )
-
-
-@pytest.mark.parametrize(
-    "goal, match",
-    [
-        ({"kind": "teleport"}, "unknown goal kind"),
-        ("dish_eaten", "a goal is a dict"),
-        ({"kind": "dish_eaten"}, "needs the field 'dish'"),
-        ({"kind": "dish_eaten", "dish": "pizza"}, "unknown dish 'pizza'"),
-        ({"kind": "ingredient_processed", "ingredient": "knife"}, "not an ingredient"),
-        ({"kind": "ingredient_processed", "ingredient": "carrot", "how": "boiled"}, "unknown processing"),
-        ({"kind": "has", "item": "spoon"}, "unknown item 'spoon'"),
-        ({"kind": "at", "agent": "z", "room": "kitchen"}, "unknown agent 'z'"),
-        ({"kind": "open", "target": "counter"}, "unknown door or container"),
-        ({"kind": "all", "goals": "x"}, "list of goals"),
-    ],
-)
-def test_verifier_rejects_malformed_goals(goal, match):
-    with pytest.raises(ValueError, match=match):
-        verify(tiny_world(), goal)
-
-
-# -- the Env wrapper ---------------------------------------------------------------------------------------------------
-def manifest_task(i: int = 0) -> Task:
-    return TextWorldSyncEnv.tasks("valid")[i]
-
-
-def test_reset_observation_and_instruction():
-    env = TextWorldSyncEnv()
-    obs = env.reset(manifest_task(60))
-    assert (
-        obs.instruction.startswith("You are hungry! Let's cook ")
-        and "Every dish must be prepared and eaten" in obs.instruction
-    )
-    assert obs.text.startswith(obs.instruction) and "-= " in obs.text
-    assert obs.admissible == tuple(sorted(obs.admissible)) and {"look", "inventory"} <= set(obs.admissible)
-    assert obs.anchor.startswith(obs.text) and "You are carrying nothing." in obs.anchor
-    assert TextWorldSyncEnv(admissible=False).reset(manifest_task(60)).admissible is None
-    with pytest.raises(ValueError, match="family"):
         env.reset(Task("textworld_sync", "bad", "test", 0, {}))
 
 
-def test_invalid_actions_and_the_step_limit():
-    env = TextWorldSyncEnv(max_steps=len(JUNK))
-    env.reset(manifest_task(3))
-    before = physical(env.world.snapshot())
-    for i, command in enumerate(JUNK):
-        obs, reward, done, info = env.step(command)
-        assert not info["valid"] and reward == 0.0 and not info["won"], command
-        assert done == (i == len(JUNK) - 1) and info["truncated"] == done
-    assert physical(env.world.snapshot()) == before
-    with pytest.raises(RuntimeError):
-        env.step("look")
+def test_inventory_lookups_take_no_world_step():
+    """The runtime's lookup: no world step, the evaluator's text (or the training runtime's); the turn counts."""
     env = TextWorldSyncEnv()
-    env.reset(manifest_task(0))
-    with pytest.raises(TypeError):
-        env.step(3)  # type: ignore[arg-type]
-    env.reset(manifest_task(0))  # easy: 60 steps
-    infos = [env.step("look")[3] for _ in range(60)]
-    assert infos[-1]["truncated"] and env.done and not any(i["truncated"] for i in infos[:-1])
+    env.reset(hand_task(TWO_DISHES))
+    env.step("take carrot")
+    obs, _, _, info = env.step("Check Inventory")
+    assert obs.text.startswith("[Inventory Lookup]\nCurrent shared inventory (visible to all Agents):\ncarrot\n\n"
+                               "Current environment observation:\nYou are in the kitchen.\n")
+    assert info["lookup"] and info["valid"] and env.world.budget_left == 49 and env.steps == 2
+    assert env.world.read(lambda s: s.histories[ROOT][-1][0]) == "Check Inventory"
+    training = TextWorldSyncEnv(protocol="training")
+    training.reset(hand_task(TWO_DISHES))
+    assert training.step("inventory")[0].text.startswith("[Inventory Lookup]\nCurrent shared inventory:\n(empty)\n")
 
 
-def test_snapshot_restore_is_exact_and_picklable():
-    rng = random.Random(4)
-    env, other = TextWorldSyncEnv(), TextWorldSyncEnv()
-    for task in rng.sample(TextWorldSyncEnv.tasks("valid"), 5):
-        obs = env.reset(task)
-        for _ in range(rng.randint(3, 12)):
-            obs, *_ = env.step(env.oracle() if rng.random() < 0.6 else rng.choice(obs.admissible))
-        snap = env.snapshot()
-        assert pickle.loads(pickle.dumps(snap)) == snap
-        future = [env.oracle()] + [rng.choice(obs.admissible) for _ in range(6)]
-        first = [env.step(c) for c in future if not env.done]
-        other.reset(manifest_task(0))
-        for target in (env, other):
-            assert target.restore(pickle.loads(pickle.dumps(snap))) == obs and target.steps == snap.steps
-            assert [target.step(c) for c in future[: len(first)]] == first
+def test_budgets_and_truncation():
+    task = hand_task(TWO_DISHES, budget=77)
+    assert [TextWorldSyncEnv(**kw).shared_budget(task) for kw in ({}, {"protocol": "training"}, {"budget": 5})] == [
+        77, 100, 5]
+    env = TextWorldSyncEnv(budget=2)
+    env.reset(task)
+    assert env.step("take carrot")[2] is False
+    _, _, done, info = env.step("inventory")  # a lookup uses no world step
+    assert not done and env.world.budget_left == 1
+    _, _, done, info = env.step("look around")
+    assert done and info["truncated"] and not info["won"] and env.done
+    env = TextWorldSyncEnv(max_steps=2)  # the root's own turn cap
+    env.reset(task)
+    env.step("inventory")
+    assert env.step("inventory")[3]["truncated"] and env.world.budget_left == 77
+    with pytest.raises(ValueError, match="protocol"):
+        TextWorldSyncEnv(protocol="paper")
+
+
+def test_snapshot_restore_round_trip():
+    env = TextWorldSyncEnv()
+    env.reset(hand_task(TWO_DISHES, cooldown=1))
+    for c in ("take carrot", "slice carrot", "inventory"):
+        env.step(c)
+    snap = env.snapshot()
+    obs_a = [env.step(c) for c in ("cook carrot in oven", "move north", "take salt")]
+    state_a = env.world.snapshot()
+    assert snap.state.steps == 2 and snap.steps == 3  # the snapshot did not move with the env
+    for copy_of in (snap, pickle.loads(pickle.dumps(snap))):
+        obs = env.restore(copy_of)
+        assert obs.text == snap.text and env.steps == 3 and env.world.read(lambda s: s.cooldowns) == {"knife": 1}
+        assert [env.step(c) for c in ("cook carrot in oven", "move north", "take salt")] == obs_a
+        assert env.world.snapshot() == state_a
     with pytest.raises(ValueError, match="SyncSnapshot"):
-        env.restore("not a snapshot")
+        env.restore("nope")
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_children_share_the_world_with_their_own_budget(shared):
-    env = TextWorldSyncEnv(shared_inventory=shared)
-    env.reset(Task("textworld_sync", "t", "test", 0, {"state": tiny()}))
-    child = env.spawn("child", max_steps=3)
-    assert "Also here: root." in child.observe().text  # starts in its parent's room
-    _, reward, done, info = child.step("take knife from counter")
-    assert reward == 0 and info["valid"] and not done and child.steps_left == 2
-    root_inventory = env.step("inventory")[0].text
-    assert root_inventory == ("You are carrying: a knife." if shared else "You are carrying nothing.")
-    assert "Also here: child." in env.step("look")[0].text
-    assert env.step("take knife from counter")[3]["valid"] is False  # not on the counter any more, for anyone
-    child.step("look")
-    _, _, done, info = child.step("look")
-    assert done and info["truncated"] and child.steps_left == 0
-    assert child.step("look")[0].text == "You have no steps left."
-    assert [c for c, _ in child.history] == ["take knife from counter", "look", "look"]
-    assert env.world.read(lambda s: s.agents["root"].steps) == 3  # the root's own count
-    with pytest.raises(ValueError, match="already exists"):
-        env.spawn("child")
-    with pytest.raises(ValueError, match="parent"):
-        env.spawn("orphan", parent="nobody")
+# -- the released files ------------------------------------------------------------------------------------------------
+def test_splits_counts_and_order():
+    counts = {s: collections.Counter((t.meta["family"], t.meta["difficulty"]) for t in TextWorldSyncEnv.tasks(s))
+              for s in ("train", "validation", "test")}
+    assert {s: sum(c.values()) for s, c in counts.items()} == {"train": 1500, "validation": 200, "test": 1400}
+    assert set(counts["test"].values()) == {50} and len(counts["test"]) == 28
+    assert counts["validation"][("multi_dish_fork_join", "easy")] == 8
+    assert counts["validation"][("conflict", "hard")] == 7
+    assert counts["train"][("critical_path", "medium")] == 129 and not any(d == "easy" for _, d in counts["train"])
+    first = TextWorldSyncEnv.tasks("validation")[:28]
+    assert len({(t.meta["family"], t.meta["difficulty"]) for t in first}) == 28  # interleaved cells
+    task = next(t for t in TextWorldSyncEnv.tasks("validation") if t.task_id.endswith("fork_join_easy_0000"))
+    assert (task.seed, task.split, task.meta["budget"], task.meta["view"]) == (860000, "validation", 123, "structured")
+    assert task.meta["game_params"]["numLocations"] == 6 and task.meta["description"].startswith("Prepare and eat 2")
+    with pytest.raises(ValueError, match="split"):
+        TextWorldSyncEnv.tasks("valid")
 
 
-def test_a_child_can_finish_the_task_for_the_root():
-    env = TextWorldSyncEnv()
-    env.reset(Task("textworld_sync", "t", "test", 0, {"state": tiny()}))
-    child = env.spawn("child", max_steps=40)
-    while True:
-        _, _, done, info = child.step(child.oracle())
-        if done:
-            break
-    assert info["won"] and verify(env.world, {"kind": "all_dishes_eaten"})
-    obs, _, done, info = env.step("look")
-    assert done and info["won"] and obs.text == "The game is over."
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_the_evaluator_manifest_holds_the_same_tasks(split):
+    """SERA's evaluator reads the manifest (game_params a JSON string, dishes and parallelism under
+    generation_properties); every field the engine reads equals the JSONL row's."""
+    rows = {r["task_id"]: r for r in tasks_module.rows(split)}
+    manifest = tasks_module.manifest_tasks(split)
+    assert [m["task_id"] for m in manifest] == list(rows)
+    for m in manifest:
+        row, props = rows[m["task_id"]], m["generation_properties"]
+        assert json.loads(m["game_params"]) == row["game_params"] and m["seed"] == row["seed"]
+        assert (m["task_description"], m["difficulty"]) == (row["task_description"], row["difficulty"])
+        assert (props["dishes"], props["parallelism"], props["task_family"]) == (
+            row["dishes"], row["parallelism"], row["task_family"])
 
 
-def test_admissible_lists_match_the_rules_module():
-    world = tiny_world()
-    assert world.admissible("a") == admissible(world.snapshot(), "a")
-    assert "prepare salad" not in world.admissible("a")
+@pytest.fixture
+def fresh_cache():
+    tasks_module.rows.cache_clear()
+    tasks_module._tasks.cache_clear()
+    yield
+    tasks_module.rows.cache_clear()
+    tasks_module._tasks.cache_clear()
+
+
+def test_a_missing_data_folder_names_the_variable(monkeypatch, tmp_path, fresh_cache):
+    import envs.base
+
+    monkeypatch.delenv("AGENTJAX_DATA", raising=False)
+    monkeypatch.setattr(envs.base, "default_data_dir", lambda: None)  # no ../shared/data either
+    with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA"):
+        TextWorldSyncEnv.tasks("validation")
+    monkeypatch.setenv("AGENTJAX_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="AGENTJAX_DATA=.*textworld_sync"):
+        TextWorldSyncEnv.tasks("test")
+    (tmp_path / "textworld_sync").mkdir()
+    with pytest.raises(FileNotFoundError, match="textworld_test.jsonl.xz is missing"):
+        TextWorldSyncEnv.tasks("test")
+
+
+def test_every_released_task_builds(fresh_cache):
+    for split in ("validation", "test"):
+        for task in TextWorldSyncEnv.tasks(split):
+            s = build(task.meta, task.meta["budget"])
+            s.locations[ROOT] = "kitchen"
+            assert valid_actions(s, ROOT)[:3] == ["look around", "inventory", "read cookbook"]
+            assert set(s.items) == {r["name"] for d in task.meta["dishes"] for r in d["recipe"]}

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 
+import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
@@ -188,6 +189,11 @@ def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
     info = json.load(open(os.path.join(folder, "warmstart.json")))
     assert info["loss_last"] < info["loss_first"] and info["turns"] > 2
     assert 0.0 <= info["agreement"]["agreement"] <= 1.0 and info["agreement"]["chance"] == pytest.approx(0.25)
+    assert info["weights_sha256"] == warmstart.weights_sha256(folder)  # the record names the weights it holds
+    assert info["built_with"]["jax"] == jax.__version__ and info["built_with"]["cpu_count"] >= 1
+    rebuilt = warmstart.warm_start_folder(run.replace(warm_start=dataclasses.replace(
+        run.warm_start, cache_dir=str(tmp_path / "cache2"))), tokenizer)
+    assert warmstart.weights_sha256(rebuilt) == info["weights_sha256"]  # a rebuild is bit-identical
     monkeypatch.setattr(warmstart, "supervised", lambda *a, **k: pytest.fail("the cache was not used"))
     assert warmstart.warm_start_folder(run.replace(out_dir=str(tmp_path / "other")), tokenizer) == folder
     model = loop.build_model(run, tokenizer, None)

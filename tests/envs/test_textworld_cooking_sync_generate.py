@@ -1,5 +1,5 @@
-"""TextWorld-Sync's task generator and fixed manifest (envs/textworld_sync/generate.py, manifest.py). The rest of
-the engine's tests are in test_textworld_sync.py."""
+"""TextWorld-Sync on tw-cooking: its task generator and fixed manifest (envs/textworld_cooking_sync/generate.py,
+manifest.py). The rest of the engine's tests are in test_textworld_cooking_sync.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ import collections
 
 import pytest
 
-from envs.textworld_sync import DIFFICULTIES, FAMILIES, LEVELS, SPLIT_SIZES, TextWorldSyncEnv, generate, solvable
+from envs.textworld_cooking_sync import (
+    DIFFICULTIES,
+    FAMILIES,
+    LEVELS,
+    SPLIT_SIZES,
+    TextWorldCookingSyncEnv,
+    generate,
+    solvable,
+)
 
 SAMPLE = [(f, d, s) for f in FAMILIES for d in DIFFICULTIES for s in (0, 1)]  # 56 worlds: every family x difficulty
 
@@ -15,18 +23,19 @@ SAMPLE = [(f, d, s) for f in FAMILIES for d in DIFFICULTIES for s in (0, 1)]  # 
 # -- generator and manifest --------------------------------------------------------------------------------------------
 def test_manifest_sizes_and_ids():
     for split, sizes in SPLIT_SIZES.items():
-        tasks = TextWorldSyncEnv.tasks(split)
+        tasks = TextWorldCookingSyncEnv.tasks(split)
         assert collections.Counter(t.meta["difficulty"] for t in tasks) == sizes
         assert len({t.task_id for t in tasks}) == len(tasks)
         for d in sizes:
             families = collections.Counter(t.meta["family"] for t in tasks if t.meta["difficulty"] == d)
             assert set(families) == set(FAMILIES) and max(families.values()) - min(families.values()) <= 1
-    assert [len(TextWorldSyncEnv.tasks(s)) for s in ("train", "valid", "test")] == [1500, 200, 1400]
+    assert [len(TextWorldCookingSyncEnv.tasks(s)) for s in ("train", "valid", "test")] == [1500, 200, 1400]
     assert SPLIT_SIZES["train"] == {"medium": 900, "hard": 150, "extreme": 450}
-    seeds = [{(t.meta["family"], t.meta["difficulty"], t.seed) for t in TextWorldSyncEnv.tasks(s)} for s in SPLIT_SIZES]
+    seeds = [{(t.meta["family"], t.meta["difficulty"], t.seed) for t in TextWorldCookingSyncEnv.tasks(s)}
+             for s in SPLIT_SIZES]
     assert not (seeds[0] & seeds[1]) and not (seeds[0] & seeds[2]) and not (seeds[1] & seeds[2])
     with pytest.raises(ValueError, match="split"):
-        TextWorldSyncEnv.tasks("val")
+        TextWorldCookingSyncEnv.tasks("val")
 
 
 def test_generation_is_deterministic_and_scales_with_difficulty():

@@ -38,7 +38,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 
-from envs.textworld_sync.data import (
+from envs.textworld_cooking_sync.data import (
     DIRECTIONS,
     DISH_NAMES,
     DOOR_NAMES,
@@ -51,9 +51,9 @@ from envs.textworld_sync.data import (
     STEP,
     STORAGE,
 )
-from envs.textworld_sync.rules import init_points
-from envs.textworld_sync.state import Dish, Door, Furniture, Ingredient, Item, Room, WorldState
-from envs.textworld_sync.text import objective
+from envs.textworld_cooking_sync.rules import init_points
+from envs.textworld_cooking_sync.state import Dish, Door, Furniture, Ingredient, Item, Room, WorldState
+from envs.textworld_cooking_sync.text import objective
 
 DIFFICULTIES = ("easy", "medium", "hard", "extreme")
 FAMILIES = ("parallel", "sequential", "dag", "imbalanced", "shared_tools", "bottleneck", "nested")
@@ -86,6 +86,7 @@ def generate(family: str, difficulty: str, seed: int, *, shared_inventory: bool 
         raise ValueError(f"unknown family {family!r}; families are {FAMILIES}")
     if difficulty not in LEVELS:
         raise ValueError(f"unknown difficulty {difficulty!r}; difficulties are {DIFFICULTIES}")
+    # The seed string keeps the package's first name (textworld_sync): renaming it would change every world.
     rng = random.Random(f"textworld_sync/{family}/{difficulty}/{seed}")
     for _ in range(100):
         b = _Builder(rng, LEVELS[difficulty])

@@ -10,8 +10,8 @@ furniture, door, knife or key gives a short factual sentence (CookingWorld's are
 
 from __future__ import annotations
 
-from envs.textworld_sync.data import COOK_VERB, CUT_VERB, DIRECTIONS
-from envs.textworld_sync.state import Dish, Furniture, Item, WorldState
+from envs.textworld_cooking_sync.data import COOK_VERB, CUT_VERB, DIRECTIONS
+from envs.textworld_cooking_sync.state import Dish, Furniture, Item, WorldState
 
 BOOK_TITLE = 'You open the copy of "Cooking: A Modern Approach (3rd Ed.)" and start reading:'
 

@@ -1,4 +1,4 @@
-"""The fixed TextWorld-Sync manifest: 1,500 train / 200 valid / 1,400 test tasks (SERA App. C.3).
+"""The fixed manifest of TextWorld-Sync on tw-cooking: 1,500 train / 200 valid / 1,400 test tasks (SERA App. C.3).
 
 Train: 900 Medium, 150 Hard, 450 Extreme. Valid: 50 per difficulty. Test: 350 per difficulty. Within a block of
 one split and difficulty, task ``i`` belongs to family ``FAMILIES[i % 7]`` (so every family appears in every block)
@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 
 from envs.base import Task
-from envs.textworld_sync.generate import DIFFICULTIES, FAMILIES, LEVELS
+from envs.textworld_cooking_sync.generate import DIFFICULTIES, FAMILIES, LEVELS
 
-ENV = "textworld_sync"
+ENV = "textworld_cooking_sync"
 SPLIT_SIZES: dict[str, dict[str, int]] = {
     "train": {"medium": 900, "hard": 150, "extreme": 450},
     "valid": {d: 50 for d in DIFFICULTIES},

@@ -40,11 +40,11 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from envs.textworld_sync.data import COOKING, CUTTING, DIRECTIONS
-from envs.textworld_sync.rules import init_points
-from envs.textworld_sync.state import TEAM, Dish, Door, Furniture, Ingredient, Item, Room, WorldState
-from envs.textworld_sync.text import objective
-from envs.textworld_sync.world import World
+from envs.textworld_cooking_sync.data import COOKING, CUTTING, DIRECTIONS
+from envs.textworld_cooking_sync.rules import init_points
+from envs.textworld_cooking_sync.state import TEAM, Dish, Door, Furniture, Ingredient, Item, Room, WorldState
+from envs.textworld_cooking_sync.text import objective
+from envs.textworld_cooking_sync.world import World
 
 AGENT = "player"
 SETTINGS = {"recipe": 2, "take": 2, "go": 6, "open": True, "cook": True, "cut": True, "drop": False}

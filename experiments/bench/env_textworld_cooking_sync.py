@@ -1,19 +1,21 @@
-"""Benchmark: TextWorld-Sync's steps/s, the planner oracle over the whole manifest, team play, the TextWorld check.
+"""Benchmark: TextWorld-Sync on tw-cooking (envs/textworld_cooking_sync): steps/s, the planner oracle over the whole
+manifest, team play, the TextWorld check.
 
 Throughput. Episodes of the valid split (``quick``: a sample): the single-agent planner's commands with a few invalid
 commands mixed in, replayed through
 
 - *raw*: the rules alone (``rules.execute`` on the ``WorldState``: parse, apply, score);
 - *world*: ``World.step`` (the lock, the agent's budget, history and the commit log);
-- *env*: ``TextWorldSyncEnv.step`` (the Obs: feedback, anchor, admissible commands), and without admissible lists.
+- *env*: ``TextWorldCookingSyncEnv.step`` (the Obs: feedback, anchor, admissible commands), and without admissible
+  lists.
 
 Only the step calls are timed; each figure is the median of ``repeats`` passes. Absolute times on a shared 2-core
 machine are noisy; quote the ratios.
 
 Oracle. The single-agent planner's whole plan from the start of every manifest task (train 1,500, valid 200,
 test 1,400; ``quick``: every 10th), executed through ``World.step``: success (every dish eaten), plan length against
-the task's step limit, per split, difficulty and family. Then ``TextWorldSyncEnv.oracle`` step by step (re-planning,
-plan cache, Obs) on the valid split (``quick``: a sample).
+the task's step limit, per split, difficulty and family. Then ``TextWorldCookingSyncEnv.oracle`` step by step
+(re-planning, plan cache, Obs) on the valid split (``quick``: a sample).
 
 Teams. ``TeamOracle`` with 2 and 3 agents, one shared inventory and per-agent inventories, on the valid split
 (``quick``: a sample): success, the makespan (rounds of one command per agent) and its speed-up over the single
@@ -25,9 +27,9 @@ TextWorld's logic engine and the equivalent Sync world (admissible lists, execut
 step), and for some games the compiled Inform 7 game's feedback texts (``twcheck.compare_text``).
 
 ``run(quick=False) -> dict``; as a script it prints tables and writes
-``experiments/bench/results/textworld_sync.json``::
+``experiments/bench/results/textworld_cooking_sync.json``::
 
-    python experiments/bench/env_textworld_sync.py [--quick]
+    python experiments/bench/env_textworld_cooking_sync.py [--quick]
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from envs.base import Task  # noqa: E402
-from envs.textworld_sync import (  # noqa: E402
+from envs.textworld_cooking_sync import (  # noqa: E402
     DIFFICULTIES,
     FAMILIES,
     SPLIT_SIZES,
     TeamOracle,
-    TextWorldSyncEnv,
+    TextWorldCookingSyncEnv,
     World,
     assign,
     plan,
@@ -61,9 +63,9 @@ from envs.textworld_sync import (  # noqa: E402
     twcheck,
     world_state,
 )
-from envs.textworld_sync.env import ROOT as ROOT_AGENT  # noqa: E402
+from envs.textworld_cooking_sync.env import ROOT as ROOT_AGENT  # noqa: E402
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "textworld_sync.json"
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "textworld_cooking_sync.json"
 INVALID = ["jump", "take the moon", "cook knife with stove", "go up"]
 
 
@@ -110,7 +112,7 @@ def _world(eps) -> tuple[float, int]:
 
 
 def _env(eps, admissible: bool) -> tuple[float, int]:
-    env = TextWorldSyncEnv(max_steps=10_000, admissible=admissible)
+    env = TextWorldCookingSyncEnv(max_steps=10_000, admissible=admissible)
     total, steps = 0.0, 0
     for task, commands in eps:
         env.reset(task)
@@ -154,7 +156,7 @@ def oracle_manifest(every: int = 1) -> tuple[list[dict[str, Any]], list[dict[str
     """Every task's (every ``every``-th task's) whole single-agent plan, executed; returns (rows, failures)."""
     rows, failures = [], []
     for split in SPLIT_SIZES:
-        for task in TextWorldSyncEnv.tasks(split)[::every]:
+        for task in TextWorldCookingSyncEnv.tasks(split)[::every]:
             t0 = time.perf_counter()
             world, error = fresh(task), None
             try:
@@ -205,8 +207,9 @@ def summarise(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[st
 
 
 def env_oracle(tasks: list[Task]) -> dict[str, Any]:
-    """``TextWorldSyncEnv.oracle`` step by step: success within the task's step limit, commands always admissible."""
-    env, won, not_admissible, steps, t0 = TextWorldSyncEnv(), 0, 0, 0, time.perf_counter()
+    """``TextWorldCookingSyncEnv.oracle`` step by step: success within the task's step limit, commands always
+    admissible."""
+    env, won, not_admissible, steps, t0 = TextWorldCookingSyncEnv(), 0, 0, 0, time.perf_counter()
     for task in tasks:
         obs = env.reset(task)
         info = {"won": False}
@@ -317,7 +320,7 @@ def crosscheck(n_games: int, n_text: int) -> dict[str, Any]:
 
 # -- run ---------------------------------------------------------------------------------------------------------------
 def run(quick: bool = False) -> dict[str, Any]:
-    valid = TextWorldSyncEnv.tasks("valid")
+    valid = TextWorldCookingSyncEnv.tasks("valid")
     t0 = time.perf_counter()
     result: dict[str, Any] = dict(quick=quick, machine=platform.platform(), python=platform.python_version())
     result["throughput"] = throughput(valid[::8] if quick else valid, 1 if quick else 3)
@@ -345,7 +348,7 @@ def print_tables(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(width=140)
-    table = Table(title="TextWorld-Sync steps/s (median, steps only)")
+    table = Table(title="TextWorld-Sync on tw-cooking steps/s (median, steps only)")
     for col in ("variant", "episodes", "steps", "s", "steps/s", "x raw"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in result["throughput"]:

@@ -1,0 +1,536 @@
+"""The tree collector: K recursive-agent trees per root task, one batched policy call per turn, a `TreeBatch` out.
+
+``collect_trees(tasks, policy, world_factory, judge, config, key)`` grows ``K = config.trees_per_task`` trees
+(:class:`agentjax.agents.tree.Tree`) per task, each over its own shared world (``world_factory(task)``, a
+:class:`~agentjax.agents.tree.TreeWorld`; TextCraft: :class:`agentjax.agents.textcraft_tree.TextCraftTreeWorld`),
+and returns them as one :class:`~agentjax.rollout.tree_batch.TreeBatch` plus statistics. It is :func:`run_trees`
+(the loop, host records) followed by :func:`to_tree_batch` and :func:`tree_stats`. Each turn:
+
+1. *Prompts* of every ``RUNNING`` node of every tree (a node waiting for its children is not live): a system message
+   (the world's grammar; ``launch_subagent`` / ``<delegate>`` only while the node may delegate), the node's first
+   message (goal, state at its start), then its own turns as assistant replies and user feedback (the last
+   ``history_length``; older turns are dropped first when the prompt passes ``max_prompt_tokens``, then
+   ``truncation`` applies as in the flat collector).
+2. *One* ``policy.generate`` call for all of them — the flat collector's sampler path: the same padding to
+   ``batch_bucket`` with dummy rows, per-turn keys ``fold_in(key, turn)`` (``row_keys``: one stream per tree slot and
+   node), and constrained decoding over ``world.admissible(tree, node)`` (``constrained``; tiny untrained policies)
+   with the collector's own trie and allowed-token helpers. With a ``teacher`` (e.g. the planner's,
+   :class:`~agentjax.agents.textcraft_tree.PlannerTeacher`) its replies are used instead and nothing is sampled
+   (warm-start data; ``behaviour_logp`` = 0).
+3. *Replies*, node by node in a fixed order (tree, then node id): parsed by the world's grammar; environment calls
+   run through the world, each atomic (siblings of one delegation act in the same turns and see each other's
+   effects in that order); a finish stops the node; a delegation the tree allows (depth, children, nodes) and the
+   world accepts spawns children that start next turn while the parent waits; anything invalid costs the penalty
+   and shows the error. A node whose budget (turns) is spent without finishing is ``EXHAUSTED``.
+4. *After the turn*: a waiting parent whose children have all stopped gets their finish messages as the result of
+   its delegation turn and runs again (or is exhausted if it has no turn left); the children that stopped are judged
+   in one batched judge call (``judge``: :mod:`agentjax.agents.judge`); a stopped root fixes the tree's outcome.
+
+Trees still running after ``max_turns`` turns are cut (status ``CUT``: truncated, a failure). Rewards per row:
+``-invalid_penalty`` on an invalid turn, plus ``success_reward`` on the root's last row when the root succeeded; the
+node-level reward inputs (labels, outcomes) are in ``TreeBatch.trees``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentjax.agents.grammar import Role
+from agentjax.agents.projection import INVALID_PENALTY
+from agentjax.agents.prompts import encode_prompt
+from agentjax.agents.tree import NO_PARENT, Node, NodeTurn, Status, Tree, TreeLimits, TreeWorld
+from agentjax.models.constrain import constrained_choices
+from agentjax.models.sampler import Finish, SampleOutput, SamplingParams, batch_padding
+from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.rollout.batch import NO_ID, StepBatch
+from agentjax.rollout.collect import CollectConfig, Policy, _constraint, _encode, _tokenizer_of
+from agentjax.rollout.ids import group_local_ids
+from agentjax.rollout.tree_batch import TreeArrays, TreeBatch
+from envs.base import Task
+
+Teacher = Callable[[Tree, Node], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeCollectConfig:
+    """How to grow trees (module docstring). Field names shared with ``CollectConfig`` mean the same."""
+
+    trees_per_task: int = 8  # K trees per root task (SERA: 8 roots x 8 trees)
+    limits: TreeLimits = TreeLimits()  # 20 turns per node, depth <= 3
+    max_turns: int = 400  # the collector's cap on turns (trees still running are cut)
+    history_length: int | None = None  # own turns shown in a node's prompt (None: all that fit)
+    sampling: SamplingParams = SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=(IM_END_ID,
+                                              ENDOFTEXT_ID), prompt_bucket=256)  # max_new_tokens: capacity Lr
+    max_prompt_tokens: int = 4096  # capacity Lp
+    truncation: Literal["error", "left"] = "left"
+    invalid_penalty: float = INVALID_PENALTY
+    success_reward: float = 10.0  # on the root's last row when the root succeeded
+    constrained: bool = False  # decode only the world's admissible replies
+    masked_logp: bool = False  # constrained log-probs as behaviour_logp, and allowed_tokens
+    sparse_logits: bool = False
+    max_allowed: int = 16
+    max_trie_edges: int = 4096
+    batch_bucket: int = 8
+    pow2_batches: bool = False
+    row_bucket: int = 64
+    capacity: int | None = None
+    row_keys: bool = False
+    node_slots: int | None = None  # Q of TreeArrays (default limits.max_nodes)
+    event_slots: int | None = None  # E of TreeArrays (default 2 Q; refused attempts past it are dropped, counted)
+
+    def __post_init__(self):
+        if min(self.trees_per_task, self.max_turns, self.max_prompt_tokens, self.batch_bucket, self.row_bucket) < 1:
+            raise ValueError("TreeCollectConfig: trees_per_task, max_turns, max_prompt_tokens, batch_bucket and "
+                             "row_bucket must be >= 1")
+        if self.masked_logp and not self.constrained:
+            raise ValueError("TreeCollectConfig.masked_logp needs constrained=True")
+        if self.sparse_logits and not self.masked_logp:
+            raise ValueError("TreeCollectConfig.sparse_logits needs masked_logp=True")
+        if self.constrained and not self.sampling.stop_token_ids:
+            raise ValueError("TreeCollectConfig.constrained needs sampling.stop_token_ids")
+
+    @property
+    def max_response_tokens(self) -> int:
+        return self.sampling.max_new_tokens
+
+    @property
+    def slots(self) -> int:
+        return self.node_slots or self.limits.max_nodes
+
+    @property
+    def events(self) -> int:
+        return self.event_slots or 2 * self.slots
+
+    def flat(self) -> CollectConfig:
+        """The flat collector's config with this one's sampling and prompt settings (for its shared helpers)."""
+        return CollectConfig(sampling=self.sampling, max_prompt_tokens=self.max_prompt_tokens,
+                             truncation=self.truncation, max_trie_edges=self.max_trie_edges)
+
+    def replace(self, **changes: Any) -> TreeCollectConfig:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeRollouts:
+    """What :func:`run_trees` returns: the trees (group-major: ``trees[g * K + k]``) and how the loop spent time."""
+
+    trees: tuple[Tree, ...]
+    num_groups: int
+    trees_per_task: int
+    live_per_call: tuple[int, ...]  # live nodes of each turn (one policy call each, none with a teacher)
+    padded_per_call: tuple[int, ...]
+    judge_metrics: dict[str, float]
+    prompt_seconds: float
+    generate_seconds: float
+    env_seconds: float
+    judge_seconds: float
+    total_seconds: float
+
+
+# ------------------------------------------------------------------------------------------------ prompts
+
+
+def node_messages(world: TreeWorld, tree: Tree, node: Node, history: int | None) -> list[dict[str, str]]:
+    """The chat messages of a node's next turn (module docstring, 1) with its last ``history`` turns."""
+    messages = [dict(role="system", content=world.system_prompt(tree.limits.can_delegate(node.depth))),
+                dict(role="user", content=node.intro)]
+    turns = node.turns if history is None else node.turns[len(node.turns) - history:] if history else []
+    for turn in turns:
+        messages.append(dict(role="assistant", content=turn.reply.text))
+        messages.append(dict(role="user", content=f"{turn.feedback}\n({node.budget - turn.step - 1} steps left)"))
+    return messages
+
+
+def _node_prompt(tokenizer: Any, world: TreeWorld, tree: Tree, node: Node, config: TreeCollectConfig,
+                 ) -> tuple[list[int], bool]:
+    wanted = len(node.turns) if config.history_length is None else min(config.history_length, len(node.turns))
+    history = wanted
+    while True:
+        ids = encode_prompt(tokenizer, node_messages(world, tree, node, history))
+        if len(ids) <= config.max_prompt_tokens or history == 0:
+            break
+        history -= 1  # drop the oldest turn shown
+    where = f"tree {tree.index} of task {tree.task.task_id!r}, node {node.id}, turn {len(node.turns)}"
+    if len(ids) <= config.max_prompt_tokens:
+        return ids, history < wanted
+    ids, _ = _encode(tokenizer, node_messages(world, tree, node, 0), config.flat(), where)
+    return ids, True
+
+
+def token_roles(tokenizer: Any, response_ids: Sequence[int] | np.ndarray, text: str,
+                spans: Sequence[tuple[int, int, Role]], stop_ids: Sequence[int]) -> np.ndarray:
+    """[n] int8 role of each response token: a token whose characters overlap a span takes its role, every other
+    token (stop tokens included) is :attr:`Role.EXECUTION`. ``text`` is the decoded reply without stop tokens."""
+    ids = [int(t) for t in response_ids]
+    roles = np.full(len(ids), int(Role.EXECUTION), np.int8)
+    if not spans:
+        return roles
+    stops = set(int(s) for s in stop_ids)
+    body = [t for t in ids if t not in stops]
+    pieces = [tokenizer.decode([t]) for t in body]
+    if "".join(pieces) == text:
+        ends = np.cumsum([len(p) for p in pieces]).tolist()
+    else:  # a character split over tokens: decode prefixes
+        ends = [len(tokenizer.decode(body[: j + 1])) for j in range(len(body))]
+    j = 0
+    for i, t in enumerate(ids):
+        if t in stops:
+            continue
+        lo, hi = (ends[j - 1] if j else 0), ends[j]
+        for start, end, role in spans:
+            if lo < end and hi > start:
+                roles[i] = int(role)
+        j += 1
+    return roles
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+def _teacher_output(tokenizer: Any, texts: list[str], config: TreeCollectConfig) -> SampleOutput:
+    stop = config.sampling.stop_token_ids[0] if config.sampling.stop_token_ids else None
+    lr = config.max_response_tokens
+    tokens = np.zeros((len(texts), lr), np.int32)
+    length = np.zeros(len(texts), np.int32)
+    for i, text in enumerate(texts):
+        ids = list(tokenizer.encode(text, add_special_tokens=False)) + ([stop] if stop is not None else [])
+        if len(ids) > lr:
+            raise ValueError(f"collect_trees: a teacher reply needs {len(ids)} tokens, more than "
+                             f"sampling.max_new_tokens={lr}; raise it")
+        tokens[i, : len(ids)], length[i] = ids, len(ids)
+    zeros = np.zeros((len(texts), lr), np.float32)
+    return SampleOutput(tokens_bt=tokens, logp_bt=zeros, logp_unmasked_bt=zeros, length_b=length,
+                        finish_b=np.full(len(texts), int(Finish.STOP_TOKEN), np.int32), texts=list(texts))
+
+
+def _children_results(tree: Tree, parent: Node) -> str:
+    lines = ["Subagent results:"]
+    for c in parent.waiting_on:
+        child = tree.nodes[c]
+        what = (f"finished: {child.finish_message}" if child.finished else
+                "stopped without finishing (its budget ran out)" if child.status is Status.EXHAUSTED else
+                "was stopped")
+        lines.append(f"[{child.rank + 1}] {child.goal.text.splitlines()[0]} -> {what}")
+    return "\n".join(lines)
+
+
+def run_trees(
+    tasks: Sequence[Task],
+    policy: Policy,
+    world_factory: Callable[[Task], TreeWorld],
+    judge: Callable[[Sequence[Any]], list[Any]],
+    config: TreeCollectConfig,
+    key: jax.Array,
+    *,
+    teacher: Teacher | None = None,
+    task_indices: Sequence[int] | None = None,
+) -> TreeRollouts:
+    """The tree loop of :func:`collect_trees` (module docstring), returning host records.
+
+    Args:
+      tasks: the root tasks, one group of ``K`` trees each.
+      policy: a :class:`~agentjax.models.Sampler` (``generate`` and ``tokenizer``); with a ``teacher`` only its
+        tokenizer is used.
+      world_factory: a fresh shared world per tree.
+      judge: a :class:`~agentjax.agents.judge.Judge` (``judge(requests) -> verdicts``, with ``metrics``).
+      config: :class:`TreeCollectConfig`.
+      key: PRNG key; turn ``t`` samples with ``fold_in(key, t)``.
+      teacher: ``teacher(tree, node) -> reply`` instead of sampling.
+      task_indices: the StepBatch ``task`` id of each task (default its position).
+    """
+    t_start = time.perf_counter()
+    if not tasks:
+        raise ValueError("collect_trees: no tasks")
+    tokenizer = _tokenizer_of(policy)
+    limits, k_size = config.limits, config.trees_per_task
+    task_index = list(range(len(tasks))) if task_indices is None else [int(i) for i in task_indices]
+    if len(task_index) != len(tasks):
+        raise ValueError(f"collect_trees: {len(task_index)} task_indices for {len(tasks)} tasks")
+    vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
+    stops = config.sampling.stop_token_ids
+    flat = config.flat()
+    prompt_s = generate_s = env_s = judge_s = 0.0
+
+    t0 = time.perf_counter()
+    trees: list[Tree] = []
+    worlds: list[TreeWorld] = []
+    for g, task in enumerate(tasks):
+        for k in range(k_size):
+            tree, world = Tree(task, g, k, task_index[g], limits), world_factory(task)
+            root = tree.add_root(world.root_goal())
+            root.intro = world.begin(root)
+            trees.append(tree)
+            worlds.append(world)
+    env_s += time.perf_counter() - t0
+    live_per_call, padded_per_call = [], []
+    token_cache: dict[str, list[int]] = {}
+    requests: list[tuple[Tree, Node, Any]] = []  # children that stopped this turn, with their judge requests
+
+    def stop(t: int, node: Node, status: Status) -> None:
+        trees[t].stop(node, status)
+        worlds[t].end(node)
+        if node.parent == NO_PARENT:
+            trees[t].root_success = bool(worlds[t].root_success(trees[t]))
+        else:
+            requests.append((trees[t], node, worlds[t].judge_request(node)))
+
+    def judge_stopped() -> None:
+        nonlocal judge_s
+        if requests:
+            t0 = time.perf_counter()
+            verdicts = judge([r for _, _, r in requests])
+            for (_, node, _), v in zip(requests, verdicts, strict=True):
+                node.label, node.judge_reason = (float(v.success) if v.ok else None), v.reason
+            judge_s += time.perf_counter() - t0
+            requests.clear()
+
+    for turn in range(config.max_turns):
+        live = [(t, n) for t, tree in enumerate(trees) for n in tree.live()]
+        if not live:
+            break
+        # 1. prompts
+        t0 = time.perf_counter()
+        prompts, cut = [], []
+        for t, node in live:
+            ids, was_cut = _node_prompt(tokenizer, worlds[t], trees[t], node, config)
+            prompts.append(ids)
+            cut.append(was_cut)
+        rows = None
+        if config.constrained and teacher is None:
+            rows = [worlds[t].admissible(trees[t], node) for t, node in live]
+        prompt_s += time.perf_counter() - t0
+
+        # 2. one batched policy call (or the teacher's replies)
+        t0 = time.perf_counter()
+        if teacher is not None:
+            out = _teacher_output(tokenizer, [teacher(trees[t], node) for t, node in live], config)
+            pad = 0
+        else:
+            pad = batch_padding(len(live), config.batch_bucket, pow2=config.pow2_batches)
+            allowed = None
+            if rows is not None:
+                allowed = _constraint(tokenizer, rows + [rows[0]] * pad, flat, vocab_size, token_cache)
+            limits_b = np.array([config.max_response_tokens] * len(live) + [1] * pad, np.int32)
+            turn_key = jax.random.fold_in(key, turn)
+            extra = {"sparse": True} if config.sparse_logits and rows is not None and all(rows) else {}
+            if config.row_keys:  # tree slot t, node q: one stream whoever else is live
+                ids = [t * config.slots + node.id for t, node in live] + [len(trees) * config.slots] * pad
+                extra["row_keys"] = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(turn_key, np.asarray(ids,
+                                                                                                      np.uint32))
+            out = policy.generate(prompts + [prompts[0]] * pad, config.sampling, turn_key, max_new_tokens=limits_b,
+                                  allowed=allowed, **extra)
+            if out.texts is None:
+                raise ValueError("collect_trees: the policy returned no texts; give the Sampler a tokenizer")
+            live_per_call.append(len(live))
+            padded_per_call.append(len(live) + pad)
+        generate_s += time.perf_counter() - t0
+
+        # 3. replies, node by node
+        t0 = time.perf_counter()
+        for i, (t, node) in enumerate(live):
+            tree, world = trees[t], worlds[t]
+            n = int(out.length_b[i])
+            response = out.tokens_bt[i, :n].astype(np.int32)
+            reply = world.parse(out.texts[i])
+            allowed_ids = None
+            if config.masked_logp and rows is not None:
+                allowed_ids = constrained_choices([token_cache[r] for r in rows[i]], stops, response.tolist())
+            record = NodeTurn(step=len(node.turns), reply=reply, feedback="", valid=reply.valid,
+                              prompt_ids=np.asarray(prompts[i], np.int32), prompt_truncated=cut[i],
+                              response_ids=response, logp=out.logp_unmasked_bt[i, :n].astype(np.float32),
+                              logp_masked=out.logp_bt[i, :n].astype(np.float32), allowed_ids=allowed_ids,
+                              role_ids=token_roles(tokenizer, response, out.texts[i], reply.role_spans(), stops))
+            node.turns.append(record)
+            feedback: list[str] = []
+            if not reply.valid:
+                feedback.append(f"Error: {reply.error}")
+            if reply.valid and reply.calls:
+                text, ok = world.act(node, reply)
+                feedback.append(text)
+                record.valid &= ok
+            if reply.kind == "finish":
+                node.finish_message = reply.message
+                stop(t, node, Status.FINISHED)
+            elif reply.kind == "delegate":
+                event = tree.add_event(node)
+                why = tree.check_delegation(node, reply.delegations)
+                goals = []
+                for d in reply.delegations if not why else ():
+                    goal, why = world.child_goal(node, d)
+                    if goal is None:
+                        break
+                    goals.append(goal)
+                if why:
+                    feedback.append(f"Error: cannot delegate: {why}")
+                    record.valid = False
+                else:
+                    budgets = [d.max_steps or limits.max_steps for d in reply.delegations]
+                    children = tree.spawn(node, goals, budgets, event)
+                    for child in children:
+                        child.intro = world.begin(child)
+                    record.children = tuple(c.id for c in children)
+                    feedback.append(f"Launched {len(children)} subagent(s); you wait for their results.")
+            record.feedback = "\n".join(feedback)
+            if node.status is Status.RUNNING and node.steps_left <= 0:
+                stop(t, node, Status.EXHAUSTED)
+
+        # 4. parents whose children all stopped (a parent out of turns stops in turn, which may free its parent)
+        changed = True
+        while changed:
+            changed = False
+            for t, tree in enumerate(trees):
+                for parent in tree.ready_parents():
+                    last = parent.turns[-1]
+                    last.feedback = "\n".join(x for x in (last.feedback, _children_results(tree, parent)) if x)
+                    parent.waiting_on = ()
+                    parent.status = Status.RUNNING
+                    if parent.steps_left <= 0:
+                        stop(t, parent, Status.EXHAUSTED)
+                        changed = True
+        env_s += time.perf_counter() - t0
+        judge_stopped()
+
+    for t, tree in enumerate(trees):  # the turn cap: whatever still runs or waits is cut, deepest first
+        for node in sorted(tree.nodes, key=lambda n: -n.depth):
+            if not node.status.stopped:
+                stop(t, node, Status.CUT)
+    judge_stopped()
+    for tree in trees:  # row rewards
+        for node in tree.nodes:
+            for turn in node.turns:
+                turn.reward = 0.0 if turn.valid else -config.invalid_penalty
+        if tree.root.turns and tree.root_success:
+            tree.root.turns[-1].reward += config.success_reward
+    metrics = dict(getattr(getattr(judge, "metrics", None), "as_dict", dict)())
+    return TreeRollouts(trees=tuple(trees), num_groups=len(tasks), trees_per_task=k_size,
+                        live_per_call=tuple(live_per_call), padded_per_call=tuple(padded_per_call),
+                        judge_metrics=metrics, prompt_seconds=prompt_s, generate_seconds=generate_s,
+                        env_seconds=env_s, judge_seconds=judge_s, total_seconds=time.perf_counter() - t_start)
+
+
+# ------------------------------------------------------------------------------------------------ to arrays
+
+
+def to_tree_batch(rollouts: TreeRollouts, config: TreeCollectConfig) -> TreeBatch:
+    """The node turns of ``rollouts`` as one padded :class:`TreeBatch` (module docstrings here and in tree_batch)."""
+    lp, lr = config.max_prompt_tokens, config.max_response_tokens
+    rows = [(tree, node, turn) for tree in rollouts.trees for node in tree.nodes for turn in node.turns]
+    n = len(rows)
+    prompt = np.zeros((n, lp), np.int32)
+    prompt_mask = np.zeros((n, lp), bool)
+    response = np.zeros((n, lr), np.int32)
+    response_mask = np.zeros((n, lr), bool)
+    logp = np.zeros((n, lr), np.float32)
+    role = np.zeros((n, lr), np.int32)
+    allowed = np.full((n, lr, config.max_allowed), NO_ID, np.int32) if config.masked_logp else None
+    for i, (_, _, turn) in enumerate(rows):
+        k, m = len(turn.prompt_ids), len(turn.response_ids)
+        if k > lp or m > lr:
+            raise ValueError(f"to_tree_batch: a turn has {k} prompt / {m} response tokens, more than {lp} / {lr}")
+        prompt[i, lp - k:], prompt_mask[i, lp - k:] = turn.prompt_ids, True
+        response[i, :m], response_mask[i, :m], role[i, :m] = turn.response_ids, True, turn.role_ids
+        logp[i, :m] = turn.logp_masked if config.masked_logp else turn.logp
+        if allowed is not None and turn.allowed_ids is not None:
+            for j, choices in enumerate(turn.allowed_ids):
+                if len(choices) > config.max_allowed:
+                    raise ValueError(f"to_tree_batch: {len(choices)} allowed tokens at a position, more than "
+                                     f"max_allowed={config.max_allowed}")
+                allowed[i, j, : len(choices)] = choices
+    last = [turn.step == len(node.turns) - 1 for _, node, turn in rows]
+    col = lambda f, dtype: np.array([f(tr, nd, tu) for tr, nd, tu in rows], dtype)  # noqa: E731
+    group = col(lambda tr, nd, tu: tr.group, np.int32)
+    won = [is_last and (tr.node_reward(nd) or 0.0) > 0 for (tr, nd, _), is_last in zip(rows, last, strict=True)]
+    fields = dict(
+        prompt_tokens=prompt, prompt_mask=prompt_mask, response_tokens=response, response_mask=response_mask,
+        behaviour_logp=logp, reward=col(lambda tr, nd, tu: tu.reward, np.float32), done=np.array(last, bool),
+        terminated=np.array([is_last and nd.finished for (_, nd, _), is_last in zip(rows, last, strict=True)], bool),
+        truncated=np.array([is_last and not nd.finished for (_, nd, _), is_last in zip(rows, last, strict=True)],
+                           bool),
+        won=np.array(won, bool), valid=col(lambda tr, nd, tu: tu.valid, bool), group=group,
+        task=col(lambda tr, nd, tu: tr.task_index, np.int32), rollout=col(lambda tr, nd, tu: tr.index, np.int32),
+        step=col(lambda tr, nd, tu: tu.step, np.int32),
+        action=group_local_ids([tu.reply.text.strip() for _, _, tu in rows], group.tolist()),
+        node=col(lambda tr, nd, tu: nd.id, np.int32),
+        parent=col(lambda tr, nd, tu: NO_ID if nd.parent == NO_PARENT else nd.parent, np.int32),
+        depth=col(lambda tr, nd, tu: nd.depth, np.int32),
+    )
+    if allowed is not None:
+        fields["allowed_tokens"] = allowed
+    capacity = config.capacity if config.capacity is not None else max(1, -(-n // config.row_bucket)
+                                                                         * config.row_bucket)
+    if n > capacity:
+        raise ValueError(f"to_tree_batch: {n} node turns do not fit capacity {capacity}; raise it")
+    steps = StepBatch.from_rows(capacity, lp, lr, **fields)
+    role_b = np.zeros((capacity, lr), np.int32)
+    role_b[:n] = role
+    per_tree = [tree.arrays(config.slots, config.events) for tree in rollouts.trees]
+    stack = lambda name: jnp.asarray(np.stack([a[name] for a in per_tree]))  # noqa: E731
+    trees = TreeArrays(
+        parent_tq=stack("parent"), depth_tq=stack("depth"), node_mask_tq=stack("node_mask"),
+        finished_tq=stack("finished"), label_tq=stack("label"), label_mask_tq=stack("label_mask"),
+        launch_step_tq=stack("launch_step"), turns_tq=stack("turns"), delegated_tq=stack("delegated"),
+        event_tq=stack("event"), event_node_te=stack("event_node"), event_step_te=stack("event_step"),
+        dropped_events_t=stack("dropped_events"),
+        root_success_t=jnp.asarray([bool(t.root_success) for t in rollouts.trees], bool),
+        group_t=jnp.asarray([t.group for t in rollouts.trees], jnp.int32),
+        task_t=jnp.asarray([t.task_index for t in rollouts.trees], jnp.int32),
+        tree_t=jnp.asarray([t.index for t in rollouts.trees], jnp.int32),
+    )
+    return TreeBatch(steps=steps, role=jnp.asarray(role_b), trees=trees, trees_per_task=rollouts.trees_per_task)
+
+
+def tree_stats(rollouts: TreeRollouts) -> dict[str, float]:
+    """Scalars of a collection: outcomes, shape of the trees, validity, calls, the judge's counters, seconds."""
+    trees = rollouts.trees
+    nodes = [n for t in trees for n in t.nodes]
+    children = [n for n in nodes if n.parent != NO_PARENT]
+    turns = [u for n in nodes for u in n.turns]
+    labelled = [n.label for n in children if n.label is not None]
+    out = {
+        "tree/root_success": float(np.mean([bool(t.root_success) for t in trees])),
+        "tree/nodes": float(np.mean([len(t.nodes) for t in trees])),
+        "tree/max_depth": float(max(n.depth for n in nodes)),
+        "tree/delegating_trees": float(np.mean([len(t.nodes) > 1 for t in trees])),
+        "tree/child_success": float(np.mean(labelled)) if labelled else 0.0,
+        "tree/unlabelled_children": float(len(children) - len(labelled)),
+        "tree/turns": float(len(turns)),
+        "tree/invalid": float(np.mean([not u.valid for u in turns])) if turns else 0.0,
+        "tree/exhausted": float(np.mean([n.status is Status.EXHAUSTED for n in nodes])),
+        "tree/cut": float(np.mean([n.status is Status.CUT for n in nodes])),
+        "tree/policy_calls": float(len(rollouts.live_per_call)),
+        "tree/rows_per_call": float(np.mean(rollouts.live_per_call)) if rollouts.live_per_call else 0.0,
+        "time/prompt_s": rollouts.prompt_seconds, "time/generate_s": rollouts.generate_seconds,
+        "time/env_s": rollouts.env_seconds, "time/judge_s": rollouts.judge_seconds,
+        "time/total_s": rollouts.total_seconds,
+    }
+    for d in range(max(n.depth for n in nodes) + 1):
+        out[f"tree/nodes_depth{d}"] = float(sum(n.depth == d for n in nodes)) / len(trees)
+    return out | dict(rollouts.judge_metrics)
+
+
+def collect_trees(
+    tasks: Sequence[Task],
+    policy: Policy,
+    world_factory: Callable[[Task], TreeWorld],
+    judge: Callable[[Sequence[Any]], list[Any]],
+    config: TreeCollectConfig,
+    key: jax.Array,
+    *,
+    teacher: Teacher | None = None,
+    task_indices: Sequence[int] | None = None,
+) -> tuple[TreeBatch, dict[str, float]]:
+    """``K`` trees per task as a :class:`TreeBatch` and :func:`tree_stats` (arguments: :func:`run_trees`). Use
+    :func:`run_trees` directly to keep the host records (texts, e.g. for :func:`~agentjax.agents.tree.render_tree`)."""
+    rollouts = run_trees(tasks, policy, world_factory, judge, config, key, teacher=teacher, task_indices=task_indices)
+    return to_tree_batch(rollouts, config), tree_stats(rollouts)
+
+
+__all__ = ["TreeCollectConfig", "TreeRollouts", "collect_trees", "node_messages", "run_trees", "to_tree_batch",
+           "token_roles", "tree_stats"]
