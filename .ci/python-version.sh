@@ -24,10 +24,12 @@ set -euo pipefail
 #   tests/models           its conftest imports torch (AGENTJAX_TORCH above);
 #   tests/envs/test_textworld.py  but its three checksum tests (the games' bytes and the game.json checksum's canonical
 #                          form, which is what 3.12+ changes: hash(None) is a constant there), for time;
+#   tests/agents/test_tree.py, test_judge.py  the recursive runtime's model-backed tests, for CI time;
 #   the slow ones          tests/parallel (4.4 min alone under load), the rest of tests/credit, the learning, loop,
 #                          notebook and ALFWorld / TextWorld-Sync tests.
 SUBSET=(
-  tests/credit/test_trajectory.py tests/credit/test_sero.py tests/rollout/test_batch.py tests/losses tests/agents
+  tests/credit/test_trajectory.py tests/credit/test_sero.py tests/rollout/test_batch.py tests/losses
+  tests/agents/test_prompts.py tests/agents/test_projection.py tests/agents/test_compact.py tests/agents/test_grammar.py
   tests/train/test_update.py tests/train/test_checkpoint.py tests/train/test_config.py tests/train/test_metrics.py
   tests/envs/test_sokoban.py tests/envs/test_textcraft.py tests/envs/test_webshop.py tests/envs/test_pool.py
   tests/test_cli.py tests/test_numerics.py

@@ -16,7 +16,8 @@ collector sends every child that stopped in a turn at once) and returns one :cla
 
 The language-model judges read :func:`judge_messages` (a strict binary judgement, the goal, the child's trajectory,
 its finish message and the final state) and must answer a JSON object ``{"success": bool, "reason": str}``
-(:func:`parse_verdict`; text after a ``</think>`` counts). An answer without it, or a failed request, is a verdict
+(:func:`parse_verdict`; text after a ``</think>`` counts); an environment may give its own prompt and answer parser
+(``messages=`` / ``parse=``; TextWorld-Sync's yes/no judgement: :mod:`agentjax.agents.textworld_tree`). An answer without it, or a failed request, is a verdict
 with ``ok = False``: the child has no label (the trainer drops it) and the failure is counted. A child that did not
 finish fails without a judge call (``require_finish``, the released check). Every judge counts its backend calls,
 the requests, input and output tokens, failures and successes in :attr:`Judge.metrics`.
@@ -171,6 +172,10 @@ def parse_verdict(text: str) -> Verdict:
     return Verdict(False, False, "no JSON object with a boolean 'success'")
 
 
+Messages = Callable[[JudgeRequest], list[dict[str, str]]]  # a judge prompt: request -> chat messages
+Parse = Callable[[str], Verdict]  # a judge answer -> verdict (ok=False when it does not parse)
+
+
 class SamplerJudge(Judge):
     """A local checkpoint as judge, through the project's sampler: one ``generate`` call per batch.
 
@@ -180,8 +185,9 @@ class SamplerJudge(Judge):
     """
 
     def __init__(self, policy: Any, params: Any = None, *, key: Any = None, max_prompt_tokens: int = 4096,
-                 require_finish: bool = True):
+                 require_finish: bool = True, messages: Messages = judge_messages, parse: Parse = parse_verdict):
         super().__init__(require_finish=require_finish)
+        self.messages, self.parse = messages, parse
         import jax  # noqa: PLC0415 (the judge module stays importable without jax)
 
         if params is None:
@@ -204,14 +210,14 @@ class SamplerJudge(Judge):
     def _judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
         import jax  # noqa: PLC0415
 
-        prompts = [encode_prompt(self.policy.tokenizer, judge_messages(r))[-self.max_prompt_tokens:]
+        prompts = [encode_prompt(self.policy.tokenizer, self.messages(r))[-self.max_prompt_tokens:]
                    for r in requests]
         key = jax.random.fold_in(self._key, self._count)
         self._count += 1
         out = self.policy.generate(prompts, self.params, key)
         self.metrics.add(calls=1, input_tokens=sum(map(len, prompts)),
                          output_tokens=int(sum(int(n) for n in out.length_b[: len(requests)])))
-        return [parse_verdict(t) for t in out.texts[: len(requests)]]
+        return [self.parse(t) for t in out.texts[: len(requests)]]
 
 
 class HTTPJudge(Judge):
@@ -224,8 +230,9 @@ class HTTPJudge(Judge):
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", temperature: float = 0.0,
                  max_tokens: int = 256, timeout: float = 60.0, retries: int = 2, max_workers: int = 8,
-                 require_finish: bool = True):
+                 require_finish: bool = True, messages: Messages = judge_messages, parse: Parse = parse_verdict):
         super().__init__(require_finish=require_finish)
+        self.messages, self.parse = messages, parse
         if not base_url.startswith(("http://", "https://")):
             raise ValueError("HTTPJudge: base_url must be an http(s) URL")
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -240,7 +247,7 @@ class HTTPJudge(Judge):
             return list(pool.map(self._one, requests))
 
     def _one(self, request: JudgeRequest) -> Verdict:
-        messages = judge_messages(request)
+        messages = self.messages(request)
         payload = dict(model=self.model, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens)
         headers = {"Content-Type": "application/json"}
         if key := os.environ.get(self.api_key_env, "").strip():
@@ -258,7 +265,7 @@ class HTTPJudge(Judge):
                 chars = sum(len(m["content"]) for m in messages)
                 self.metrics.add(input_tokens=usage.get("prompt_tokens", chars // 4),
                                  output_tokens=usage.get("completion_tokens", len(text or "") // 4))
-                return parse_verdict(text if isinstance(text, str) else "")
+                return self.parse(text if isinstance(text, str) else "")
             except urllib.error.HTTPError as exc:
                 error = f"HTTP {exc.code}"
                 exc.close()

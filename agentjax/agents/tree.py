@@ -5,7 +5,9 @@ it replies once (:mod:`agentjax.agents.grammar`): it acts in the environment, de
 (children, run concurrently; only while its depth < ``max_depth`` = 3, so depths 0..3), or finishes with a message.
 A node that delegates *waits* until all children of that delegation have stopped, then continues with their finish
 messages as the result of its delegation turn. A node stops when it finishes, when its budget is spent
-(``EXHAUSTED``), or when the collector stops the whole tree (``CUT``). The root's reward is the verified
+(``EXHAUSTED``), when the collector stops the whole tree (``CUT``), or when the tree's shared world ends for every
+agent at once (``ENDED``: TextWorld-Sync's world is done once the task succeeds or fails or its shared step budget is
+spent). The root's reward is the verified
 environment outcome; a child's success is its verifier / judge label (:mod:`agentjax.agents.judge`).
 
 A :class:`Tree` is a list of :class:`Node` s indexed by id (the root is node 0, ids in creation order), each with
@@ -39,10 +41,11 @@ class Status(enum.Enum):
     FINISHED = "finished"  # replied with a finish
     EXHAUSTED = "exhausted"  # spent its budget without finishing
     CUT = "cut"  # stopped by the collector's turn cap
+    ENDED = "ended"  # its shared world ended (TextWorld-Sync: task done or failed, or the shared step budget spent)
 
     @property
     def stopped(self) -> bool:
-        return self in (Status.FINISHED, Status.EXHAUSTED, Status.CUT)
+        return self in (Status.FINISHED, Status.EXHAUSTED, Status.CUT, Status.ENDED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +92,7 @@ class NodeTurn:
     role_ids: np.ndarray | None = None  # [n] int8 Role of each response token
     allowed_ids: tuple[tuple[int, ...], ...] | None = None  # constrained decoding's choices per response token
     reward: float = 0.0  # the row reward (invalid penalty; the root's last row adds the success reward)
+    executed: bool = True  # False: the shared world ended earlier in the same turn, so the reply was not run
 
 
 @dataclasses.dataclass
@@ -245,7 +249,14 @@ class Tree:
 
 @runtime_checkable
 class TreeWorld(Protocol):
-    """What an environment gives the tree runtime, per tree (one shared world; TextCraft: agents/textcraft_tree.py)."""
+    """What an environment gives the tree runtime, per tree (one shared world; TextCraft: agents/textcraft_tree.py,
+    TextWorld-Sync: agents/textworld_tree.py).
+
+    Two optional methods, used by the collector when a world has them (TextWorld-Sync does, TextCraft does not):
+    ``ended() -> str``, why the shared world has ended for every agent ("" while it runs; the collector then stops
+    every node of the tree as ``ENDED``), and ``status(node) -> str``, what the node sees of the world now (shown
+    after an invalid or refused reply and after its children return).
+    """
 
     def root_goal(self) -> Goal: ...
 
