@@ -8,7 +8,10 @@ episode (mean ± standard error over the 128 episodes).
     python experiments/crbc/probe.py --method grpo --lr 5e-4 --mini-batches 1 --out /tmp/probe/grpo-5e-4
 
 The probes of the README ("The tiny CRBC experiment"), each 20 updates from the warm start, seed 0: GRPO at 2e-3 /
-4 steps an update (the old preset), 5e-4 / 1, 2e-4 / 4, 2e-3 / 1 and GiGPO at 1e-3 / 1.
+4 steps an update (the old preset), 5e-4 / 1, 2e-4 / 4, 2e-3 / 1 and GiGPO at 1e-3 / 1; GiGPO at the preset's 5e-4 / 2
+for 60 updates; and with ``--fixed-rooms 16`` (GiGPO 5e-4 / 2 and 2e-3 / 4) the check that RL improves the policy on
+the rooms it trains on: every update draws its 16 groups from the eval split's first 16 rooms, and the evaluation
+plays those same rooms (8 sampling seeds each, 128 episodes), so the curve is training-room success, not held-out.
 """
 
 from __future__ import annotations
@@ -21,9 +24,20 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
+from agentjax.train import runconfig  # noqa: E402
 from experiments.crbc import run as experiment  # noqa: E402
 from experiments.crbc.presets import tiny_run  # noqa: E402
 from experiments.crbc.report import episode_gain  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedRooms(runconfig.EnvSpec):
+    """An env spec whose train split is the eval split's first ``rooms`` tasks (``--fixed-rooms``)."""
+
+    rooms: int = 16
+
+    def tasks(self, split: str) -> list:
+        return super().tasks(self.eval_split)[:self.rooms] if split == self.train_split else super().tasks(split)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 16)")
     parser.add_argument("--eval-temperature", type=float, default=None,
                         help="evaluation temperature (0: greedy, one eval seed; default: the sampler's 1.0)")
+    parser.add_argument("--fixed-rooms", type=int, default=None,
+                        help="train on the eval split's first N rooms and evaluate on them (module docstring)")
     parser.add_argument("--out", required=True, help="the run's folder")
     args = parser.parse_args(argv)
     run = tiny_run(args.method, args.seed, updates=args.updates)
@@ -46,11 +62,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.eval_temperature is not None:
         run = run.replace(eval_temperature=args.eval_temperature,
                           eval_seeds=1 if args.eval_temperature == 0 else run.eval_seeds)
+    if args.fixed_rooms:
+        if 128 % args.fixed_rooms:
+            parser.error(f"--fixed-rooms {args.fixed_rooms} must divide the 128 eval episodes")
+        spec = runconfig.ENVS[run.env]
+        runconfig.ENVS[run.env] = FixedRooms(**vars(spec), rooms=args.fixed_rooms)
+        run = run.replace(eval_tasks=args.fixed_rooms, eval_seeds=128 // args.fixed_rooms)
+        if run.train.rollout.num_groups > args.fixed_rooms:
+            parser.error(f"{run.train.rollout.num_groups} groups an update need --fixed-rooms >= that")
     experiment.compile_cache(experiment.RESULTS)
     experiment.run_one(run)
     curve = episode_gain(args.out)
     print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
-                          groups=run.train.rollout.num_groups) | curve))
+                          groups=run.train.rollout.num_groups, fixed_rooms=args.fixed_rooms) | curve))
 
 
 if __name__ == "__main__":

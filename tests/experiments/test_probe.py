@@ -29,6 +29,18 @@ def test_the_step_is_required():
         main(["--method", "grpo", "--out", "x"])
 
 
+def test_fixed_rooms_train_on_the_eval_rooms_they_evaluate():
+    from agentjax.train.runconfig import ENVS
+    from experiments.crbc.probe import FixedRooms
+
+    spec = ENVS["sokoban"]
+    fixed = FixedRooms(**vars(spec), rooms=16)
+    assert fixed.tasks(spec.train_split) == spec.tasks(spec.eval_split)[:16]
+    assert fixed.tasks(spec.eval_split) == spec.tasks(spec.eval_split)
+    with pytest.raises(SystemExit):  # 128 eval episodes must split evenly over the rooms
+        main(["--lr", "1e-3", "--mini-batches", "1", "--fixed-rooms", "24", "--out", "x"])
+
+
 def test_the_demo_explains_its_paired_gain(tmp_path):
     from experiments.crbc import run as experiment
     from experiments.crbc.presets import tiny_run
