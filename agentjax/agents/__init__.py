@@ -1,5 +1,6 @@
 """The agent side: prompt templates per environment, the projection of replies onto actions, and the recursive
-agents' tree data, reply grammars and judges (the TextCraft tree world: :mod:`agentjax.agents.textcraft_tree`)."""
+agents' tree data, reply grammars and judges (the tree worlds: :mod:`agentjax.agents.textcraft_tree`,
+:mod:`agentjax.agents.textworld_tree`)."""
 
 from agentjax.agents.grammar import Call, Delegation, Reply, Role, parse_textcraft, parse_textworld
 from agentjax.agents.judge import (
@@ -43,6 +44,7 @@ from agentjax.agents.prompts import (
     task_description,
 )
 from agentjax.agents.tree import Goal, Node, NodeTurn, Status, Tree, TreeLimits, TreeWorld, render_tree
+from agentjax.agents.tree_io import tree_from_dict, tree_to_dict
 
 __all__ = [
     "ALFWORLD",
@@ -92,5 +94,7 @@ __all__ = [
     "render_admissible",
     "render_history",
     "render_tree",
+    "tree_from_dict",
+    "tree_to_dict",
     "task_description",
 ]

@@ -17,10 +17,11 @@ collector sends every child that stopped in a turn at once) and returns one :cla
 The language-model judges read :func:`judge_messages` (a strict binary judgement, the goal, the child's trajectory,
 its finish message and the final state) and must answer a JSON object ``{"success": bool, "reason": str}``
 (:func:`parse_verdict`; text after a ``</think>`` counts); an environment may give its own prompt and answer parser
-(``messages=`` / ``parse=``; TextWorld-Sync's yes/no judgement: :mod:`agentjax.agents.textworld_tree`). An answer without it, or a failed request, is a verdict
-with ``ok = False``: the child has no label (the trainer drops it) and the failure is counted. A child that did not
-finish fails without a judge call (``require_finish``, the released check). Every judge counts its backend calls,
-the requests, input and output tokens, failures and successes in :attr:`Judge.metrics`.
+(``messages=`` / ``parse=``; TextWorld-Sync's yes/no judgement: :mod:`agentjax.agents.textworld_tree`). An answer
+that does not parse, or a failed request, is a verdict with ``ok = False``: the child has no label (the trainer
+drops it) and the failure is counted. A child that did not finish fails without a judge call (``require_finish``,
+the released TextCraft check; the released TextWorld-Sync judge reads every child). Every judge counts its backend
+calls, the requests, input and output tokens, failures and successes in :attr:`Judge.metrics`.
 """
 
 from __future__ import annotations

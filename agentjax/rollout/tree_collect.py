@@ -16,17 +16,26 @@ and returns them as one :class:`~agentjax.rollout.tree_batch.TreeBatch` plus sta
    node), and constrained decoding over ``world.admissible(tree, node)`` (``constrained``; tiny untrained policies)
    with the collector's own trie and allowed-token helpers. With a ``teacher`` (e.g. the planner's,
    :class:`~agentjax.agents.textcraft_tree.PlannerTeacher`) its replies are used instead and nothing is sampled
-   (warm-start data; ``behaviour_logp`` = 0).
+   (warm-start data; ``behaviour_logp`` = 0); a teacher is asked for a node's reply just before that reply runs in
+   step 3, so a state-reading teacher (``teacher.with_world``: called as ``teacher(tree, node, world)``; TextWorld-
+   Sync's planner) sees what its siblings did earlier in the turn.
 3. *Replies*, node by node in a fixed order (tree, then node id): parsed by the world's grammar; environment calls
    run through the world, each atomic (siblings of one delegation act in the same turns and see each other's
    effects in that order); a finish stops the node; a delegation the tree allows (depth, children, nodes) and the
    world accepts spawns children that start next turn while the parent waits; anything invalid costs the penalty
-   and shows the error. A node whose budget (turns) is spent without finishing is ``EXHAUSTED``.
+   and shows the error (with ``world.status(node)`` when the world has it). A node whose budget (turns) is spent
+   without finishing is ``EXHAUSTED``. A world with ``ended()`` (TextWorld-Sync: task done or failed, shared step
+   budget spent) ends every agent's episode: the sampled replies of that turn still to run are recorded but not run
+   (``NodeTurn.executed`` False, no penalty unless malformed; a teacher is not asked), and after the turn every node
+   of the tree that has not stopped is ``ENDED`` (deepest first; a waiting parent gets its children's results for
+   the record).
 4. *After the turn*: a waiting parent whose children have all stopped gets their finish messages as the result of
-   its delegation turn and runs again (or is exhausted if it has no turn left); the children that stopped are judged
-   in one batched judge call (``judge``: :mod:`agentjax.agents.judge`); a stopped root fixes the tree's outcome.
+   its delegation turn (and ``world.status(node)``) and runs again (or is exhausted if it has no turn left); the
+   children that stopped are judged in one batched judge call (``judge``: :mod:`agentjax.agents.judge`); a stopped
+   root fixes the tree's outcome.
 
-Trees still running after ``max_turns`` turns are cut (status ``CUT``: truncated, a failure). Rewards per row:
+Trees still running after ``max_turns`` turns are cut (status ``CUT``: truncated, a failure); a node ``ENDED`` by a
+won world is terminated, by a spent budget truncated. Rewards per row:
 ``-invalid_penalty`` on an invalid turn, plus ``success_reward`` on the root's last row when the root succeeded; the
 node-level reward inputs (labels, outcomes) are in ``TreeBatch.trees``.
 """
@@ -55,7 +64,7 @@ from agentjax.rollout.ids import group_local_ids
 from agentjax.rollout.tree_batch import TreeArrays, TreeBatch
 from envs.base import Task
 
-Teacher = Callable[[Tree, Node], str]
+Teacher = Callable[..., str]  # teacher(tree, node) -> reply; teacher(tree, node, world) when teacher.with_world
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +225,7 @@ def _children_results(tree: Tree, parent: Node) -> str:
         child = tree.nodes[c]
         what = (f"finished: {child.finish_message}" if child.finished else
                 "stopped without finishing (its budget ran out)" if child.status is Status.EXHAUSTED else
+                "stopped without finishing (the shared world ended)" if child.status is Status.ENDED else
                 "was stopped")
         lines.append(f"[{child.rank + 1}] {child.goal.text.splitlines()[0]} -> {what}")
     return "\n".join(lines)
@@ -291,6 +301,35 @@ def run_trees(
             judge_s += time.perf_counter() - t0
             requests.clear()
 
+    def ended(t: int) -> str:
+        fn = getattr(worlds[t], "ended", None)
+        return fn() if fn is not None else ""
+
+    def status_text(t: int, node: Node) -> str:
+        fn = getattr(worlds[t], "status", None)
+        return fn(node) if fn is not None else ""
+
+    def resume(t: int, parent: Node) -> None:
+        """Ends ``parent``'s wait: its children's results (and what it sees now) close its delegation turn."""
+        last = parent.turns[-1]
+        results = _children_results(trees[t], parent)
+        last.feedback = "\n".join(x for x in (last.feedback, results, status_text(t, parent)) if x)
+        parent.waiting_on = ()
+        parent.status = Status.RUNNING
+
+    def end_tree(t: int) -> None:
+        """The shared world ended: every node that has not stopped is ENDED, deepest first."""
+        for node in sorted(trees[t].nodes, key=lambda n: -n.depth):
+            if node.status is Status.WAITING:
+                resume(t, node)
+            if not node.status.stopped:
+                stop(t, node, Status.ENDED)
+
+    def ask_teacher(t: int, node: Node) -> str:
+        if getattr(teacher, "with_world", False):
+            return teacher(trees[t], node, worlds[t])
+        return teacher(trees[t], node)
+
     for turn in range(config.max_turns):
         live = [(t, n) for t, tree in enumerate(trees) for n in tree.live()]
         if not live:
@@ -307,12 +346,10 @@ def run_trees(
             rows = [worlds[t].admissible(trees[t], node) for t, node in live]
         prompt_s += time.perf_counter() - t0
 
-        # 2. one batched policy call (or the teacher's replies)
+        # 2. one batched policy call (a teacher is asked node by node in 3)
         t0 = time.perf_counter()
-        if teacher is not None:
-            out = _teacher_output(tokenizer, [teacher(trees[t], node) for t, node in live], config)
-            pad = 0
-        else:
+        out = None
+        if teacher is None:
             pad = batch_padding(len(live), config.batch_bucket, pow2=config.pow2_batches)
             allowed = None
             if rows is not None:
@@ -336,21 +373,37 @@ def run_trees(
         t0 = time.perf_counter()
         for i, (t, node) in enumerate(live):
             tree, world = trees[t], worlds[t]
-            n = int(out.length_b[i])
-            response = out.tokens_bt[i, :n].astype(np.int32)
-            reply = world.parse(out.texts[i])
+            if teacher is not None and ended(t):  # nothing was sampled: a teacher is not asked once the world ended
+                continue
+            if teacher is not None:
+                t1 = time.perf_counter()
+                sample, j = _teacher_output(tokenizer, [ask_teacher(t, node)], config), 0
+                generate_s += time.perf_counter() - t1
+                t0 += time.perf_counter() - t1  # the teacher's time counts as generation, not env
+            else:
+                sample, j = out, i
+            n = int(sample.length_b[j])
+            response = sample.tokens_bt[j, :n].astype(np.int32)
+            reply = world.parse(sample.texts[j])
             allowed_ids = None
             if config.masked_logp and rows is not None:
                 allowed_ids = constrained_choices([token_cache[r] for r in rows[i]], stops, response.tolist())
             record = NodeTurn(step=len(node.turns), reply=reply, feedback="", valid=reply.valid,
                               prompt_ids=np.asarray(prompts[i], np.int32), prompt_truncated=cut[i],
-                              response_ids=response, logp=out.logp_unmasked_bt[i, :n].astype(np.float32),
-                              logp_masked=out.logp_bt[i, :n].astype(np.float32), allowed_ids=allowed_ids,
-                              role_ids=token_roles(tokenizer, response, out.texts[i], reply.role_spans(), stops))
+                              response_ids=response, logp=sample.logp_unmasked_bt[j, :n].astype(np.float32),
+                              logp_masked=sample.logp_bt[j, :n].astype(np.float32), allowed_ids=allowed_ids,
+                              role_ids=token_roles(tokenizer, response, sample.texts[j], reply.role_spans(), stops))
             node.turns.append(record)
             feedback: list[str] = []
             if not reply.valid:
                 feedback.append(f"Error: {reply.error}")
+            why_ended = ended(t)
+            if why_ended:  # an earlier reply of this turn ended the shared world: this one does not run
+                record.executed = False
+                feedback.append(f"Not run: {why_ended}")
+                record.feedback = "\n".join(feedback)
+                continue
+            refused = not reply.valid  # a malformed reply or a refused delegation: show the world as it is
             if reply.valid and reply.calls:
                 text, ok = world.act(node, reply)
                 feedback.append(text)
@@ -369,7 +422,7 @@ def run_trees(
                     goals.append(goal)
                 if why:
                     feedback.append(f"Error: cannot delegate: {why}")
-                    record.valid = False
+                    record.valid, refused = False, True
                 else:
                     budgets = [d.max_steps or limits.max_steps for d in reply.delegations]
                     children = tree.spawn(node, goals, budgets, event)
@@ -377,20 +430,23 @@ def run_trees(
                         child.intro = world.begin(child)
                     record.children = tuple(c.id for c in children)
                     feedback.append(f"Launched {len(children)} subagent(s); you wait for their results.")
+            if refused and node.status is Status.RUNNING and (status := status_text(t, node)):
+                feedback.append(status)
             record.feedback = "\n".join(feedback)
             if node.status is Status.RUNNING and node.steps_left <= 0:
                 stop(t, node, Status.EXHAUSTED)
 
-        # 4. parents whose children all stopped (a parent out of turns stops in turn, which may free its parent)
+        # 4. worlds that ended stop their trees; parents whose children all stopped (a parent out of turns stops in
+        # turn, which may free its parent)
+        for t in range(len(trees)):
+            if not trees[t].done and ended(t):
+                end_tree(t)
         changed = True
         while changed:
             changed = False
             for t, tree in enumerate(trees):
                 for parent in tree.ready_parents():
-                    last = parent.turns[-1]
-                    last.feedback = "\n".join(x for x in (last.feedback, _children_results(tree, parent)) if x)
-                    parent.waiting_on = ()
-                    parent.status = Status.RUNNING
+                    resume(t, parent)
                     if parent.steps_left <= 0:
                         stop(t, parent, Status.EXHAUSTED)
                         changed = True
@@ -447,12 +503,14 @@ def to_tree_batch(rollouts: TreeRollouts, config: TreeCollectConfig) -> TreeBatc
     col = lambda f, dtype: np.array([f(tr, nd, tu) for tr, nd, tu in rows], dtype)  # noqa: E731
     group = col(lambda tr, nd, tu: tr.group, np.int32)
     won = [is_last and (tr.node_reward(nd) or 0.0) > 0 for (tr, nd, _), is_last in zip(rows, last, strict=True)]
+    # terminal: a finish, or the shared world ended by success; a spent budget (turns, shared steps, cap) truncates
+    ends = [is_last and (nd.finished or (nd.status is Status.ENDED and bool(tr.root_success)))
+            for (tr, nd, _), is_last in zip(rows, last, strict=True)]
     fields = dict(
         prompt_tokens=prompt, prompt_mask=prompt_mask, response_tokens=response, response_mask=response_mask,
         behaviour_logp=logp, reward=col(lambda tr, nd, tu: tu.reward, np.float32), done=np.array(last, bool),
-        terminated=np.array([is_last and nd.finished for (_, nd, _), is_last in zip(rows, last, strict=True)], bool),
-        truncated=np.array([is_last and not nd.finished for (_, nd, _), is_last in zip(rows, last, strict=True)],
-                           bool),
+        terminated=np.array(ends, bool),
+        truncated=np.array([a and not b for a, b in zip(last, ends, strict=True)], bool),
         won=np.array(won, bool), valid=col(lambda tr, nd, tu: tu.valid, bool), group=group,
         task=col(lambda tr, nd, tu: tr.task_index, np.int32), rollout=col(lambda tr, nd, tu: tr.index, np.int32),
         step=col(lambda tr, nd, tu: tu.step, np.int32),
@@ -504,6 +562,8 @@ def tree_stats(rollouts: TreeRollouts) -> dict[str, float]:
         "tree/invalid": float(np.mean([not u.valid for u in turns])) if turns else 0.0,
         "tree/exhausted": float(np.mean([n.status is Status.EXHAUSTED for n in nodes])),
         "tree/cut": float(np.mean([n.status is Status.CUT for n in nodes])),
+        "tree/ended": float(np.mean([n.status is Status.ENDED for n in nodes])),
+        "tree/not_run": float(sum(not u.executed for u in turns)),
         "tree/policy_calls": float(len(rollouts.live_per_call)),
         "tree/rows_per_call": float(np.mean(rollouts.live_per_call)) if rollouts.live_per_call else 0.0,
         "time/prompt_s": rollouts.prompt_seconds, "time/generate_s": rollouts.generate_seconds,
