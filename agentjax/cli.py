@@ -7,7 +7,9 @@
                           textworld_cooking_sync} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
                    [--sero] [--sero.FIELD VALUE ...]
+    agentjax train --method rao --env {textcraft_synth,textworld_sync} --preset {tiny,paper-4b} [...]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]
+    agentjax trees --run RUN_DIR [--update N] [--eval] [--tree I] [--max-chars N] [--list]
     agentjax data [--mirror URL] [--only DATASET ...] [--dest DIR] [--verify]
 
 ``train`` builds the preset (:mod:`agentjax.train.presets`) and applies the overrides with ``tyro``: nested flags
@@ -32,6 +34,17 @@ weights, uniform roots, the strict-success gate; METHODS.md "SERO") on top of th
 not among the choices, a value out of range (e.g. a coefficient <= 0), an oracle batch that does not split into
 oracle micro-batches or a bank file that is not there is a one-line error (exit status 2) before any work.
 
+``--method rao`` trains recursive agents (RAO, METHODS.md "SERA" 8: :mod:`agentjax.train.tree_loop`) on
+TextCraft-Synth or TextWorld-Sync with the ``tiny`` (CPU) or ``paper-4b`` (Qwen3-4B-Instruct-2507) preset; the tree
+settings are ``--tree.*`` overrides (e.g. ``--tree.max-depth 2``), the method's ``--train.credit.*`` (e.g.
+``--train.credit.stages 12 4 0`` for RAO + D), and the sizes the same flags as the flat methods (``--num-groups``
+root tasks, ``--group-size`` trees per task, ``--max-steps`` turns per node).
+
+``trees`` prints trees a tree run saved (``<run>/trees/<step>.json``, ``tree.saved_trees`` per batch and per
+evaluation) as text (:func:`agentjax.agents.tree.render_tree`): who delegated what, each node's replies and reward;
+the last batch's by default, ``--update N`` that batch's, ``--eval`` the evaluation's, ``--tree I`` one of them;
+``--list`` lists the saved steps.
+
 ``eval`` reads the run config from a checkpoint's metadata and evaluates the newest checkpoint that restores (or
 ``--step``) on the env's eval split; it prints and writes ``<run>/eval_<step>.json``.
 
@@ -55,7 +68,7 @@ from collections.abc import Sequence
 
 from agentjax.train.config import CREDIT_METHODS, SeroConfig
 from agentjax.train.presets import PRESETS
-from agentjax.train.runconfig import ENVS, RunConfig
+from agentjax.train.runconfig import ENVS, RunConfig, full_capacity
 
 _USAGE = __doc__.split("::")[1].split("``train``")[0]
 
@@ -75,7 +88,7 @@ def _with_sizes(run: RunConfig, sizes: dict[str, int]) -> RunConfig:
     becomes gcd(rows, preset's), the mini-batch count gcd(rows / micro-batch size, preset's), i.e. the preset's own
     where they divide the new batch (``--train.micro-batch-size`` / ``--train.mini-batches`` still override them)."""
     ro = dataclasses.replace(run.train.rollout, **sizes)
-    rows = ro.num_groups * ro.group_size * ro.max_steps
+    rows = full_capacity(ro, run.tree)
     micro = math.gcd(rows, run.train.micro_batch_size)
     mini = math.gcd(rows // micro, run.train.mini_batches)
     run = run.replace(train=run.train.replace(mini_batches=mini))  # divides the preset's: still valid
@@ -192,7 +205,7 @@ def _train(argv: Sequence[str]) -> int:
     prog = "agentjax train"
     try:
         run, args = build_run(argv, prog)
-    except (ValueError, FileNotFoundError, TypeError) as e:
+    except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         return _fail(prog, e)
     if args.dry_run:
         print(json.dumps(run.to_dict(), indent=1))
@@ -232,6 +245,37 @@ def _eval(argv: Sequence[str]) -> int:
     return 0
 
 
+def _trees(argv: Sequence[str]) -> int:
+    prog = "agentjax trees"
+    parser = _Parser(prog=prog, description="print the trees a tree run (--method rao) saved")
+    parser.add_argument("--run", required=True, help="the run's out_dir")
+    parser.add_argument("--update", type=int, help="the batch (metrics line step) whose trees to print "
+                        "(default: the last saved)")
+    parser.add_argument("--eval", action="store_true", help="the evaluation's trees at that step instead")
+    parser.add_argument("--tree", type=int, help="print only the I-th saved tree")
+    parser.add_argument("--max-chars", type=int, default=160, help="clip each text to N characters (default 160)")
+    parser.add_argument("--list", action="store_true", help="list the steps with saved trees")
+    args = parser.parse_args(argv)
+    from agentjax.agents.tree import render_tree
+    from agentjax.train.tree_loop import load_trees, saved_tree_files
+
+    try:
+        if args.list:
+            saved = saved_tree_files(args.run)
+            for kind in ("train", "eval"):
+                print(f"{kind}: {' '.join(map(str, saved[kind])) or '-'}")
+            return 0
+        info, trees = load_trees(args.run, args.update, evaluation=args.eval)
+        if args.tree is not None and not 0 <= args.tree < len(trees):
+            raise ValueError(f"--tree {args.tree}: {len(trees)} trees were saved at that step (0..{len(trees) - 1})")
+    except (ValueError, FileNotFoundError) as e:
+        return _fail(prog, e)
+    chosen = trees if args.tree is None else [trees[args.tree]]
+    print(", ".join(f"{k} {v}" for k, v in info.items()))
+    print("\n\n".join(render_tree(t, max_chars=args.max_chars) for t in chosen))
+    return 0
+
+
 def _data(argv: Sequence[str]) -> int:
     prog = "agentjax data"
     from envs.data import DATASETS, fetch, summary
@@ -259,7 +303,7 @@ def _data(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "eval": _eval, "data": _data}
+    commands = {"train": _train, "eval": _eval, "trees": _trees, "data": _data}
     if not argv or argv[0] in ("-h", "--help"):
         print("usage:" + _USAGE)
         return 0 if argv else 2

@@ -231,3 +231,66 @@ def test_help(capsys):
     assert "--sero" in _USAGE
     code, out, _ = run_cli(capsys, *BASE, "--sero", "--help")  # this parser's flags, then tyro's overrides
     assert code == 0 and "--sero.k INT" in out and "--train.sero.coef" in out
+
+
+# -- RAO: recursive trees -------------------------------------------------------------------------------------------
+RAO = ["train", "--method", "rao", "--env", "textcraft_synth", "--preset", "tiny"]
+
+
+@pytest.mark.parametrize("env", ["textcraft_synth", "textworld_sync"])
+def test_rao_dry_run_with_tree_and_schedule_overrides(capsys, env):
+    code, out, err = run_cli(capsys, "train", "--method", "rao", "--env", env, "--preset", "tiny", "--dry-run",
+                             "--num-groups", "1", "--group-size", "2", "--max-steps", "4", "--tree.max-depth", "1",
+                             "--train.credit.stages", "12", "4", "0")
+    assert code == 0, err
+    config = json.loads(out)
+    credit, ro, tree = config["train"]["credit"], config["train"]["rollout"], config["tree"]
+    assert credit["method"] == "rao" and credit["stages"] == [12, 4, 0] and credit["clip_high"] == 5.0
+    assert credit["filter_zero_variance"] == (env == "textcraft_synth")  # the released configs
+    assert (ro["num_groups"], ro["group_size"], ro["max_steps"], tree["max_depth"]) == (1, 2, 4, 1)
+    assert ro["capacity"] == 1 * 2 * tree["max_nodes"] * 4 == config["collect"]["capacity"]  # every turn fits
+    assert config["train"]["loss"]["kl_coef"] == 0 and config["workers"] == 0
+    if env == "textworld_sync":  # trains with a shared budget of 100 steps, evaluates with the task's own
+        assert config["env_kwargs"]["budget"] == 100 and config["eval_env_kwargs"]["budget"] is None
+
+
+def test_rao_paper_preset(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    for env, steps in (("textcraft_synth", 250), ("textworld_sync", 400)):
+        run, _ = build_run(["--method", "rao", "--env", env, "--preset", "paper-4b", "--train.model.checkpoint",
+                            str(tmp_path)])
+        ro = run.train.rollout
+        assert run.train.model.arch.name == "qwen3-4b" and run.mesh == (8, 1) and run.updates == steps
+        assert (ro.num_groups, ro.group_size, ro.max_steps, run.tree.max_depth) == (8, 8, 20, 3)
+        assert run.train.optimizer.learning_rate == 3e-6 and (run.train.optimizer.b1, run.train.optimizer.b2) == (
+            0.9, 0.95) and run.train.optimizer.weight_decay == 0.017 and run.train.optimizer.max_grad_norm == 1.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--method", "rao", "--env", "textcraft_synth", "--preset", "paper-1.5b"], "paper preset is paper-4b"),
+    (["train", "--method", "grpo", "--env", "textcraft_synth", "--preset", "paper-4b"], "tree methods' preset"),
+    (["train", "--method", "rao", "--env", "sokoban", "--preset", "tiny"], "trains recursive agents on"),
+    ([*RAO, "--train.credit.stages", "16", "2", "2"], "rubric stage needs SERA"),
+    ([*RAO, "--train.loss.kl-coef", "0.01"], "without KL or entropy terms"),
+    ([*RAO, "--train.mini-batches", "2"], "one optimizer step per batch"),
+    ([*RAO, "--workers", "2"], "workers=0"),
+    ([*RAO, "--tree.max-nodes", "0"], "max_nodes must be >= 1"),
+    ([*RAO, "--eval-env-kwargs", "nope", "1"], "eval_env_kwargs=.* do not fit textcraft_synth.s tree world"),
+    ([*RAO, "--sero"], "SERO's oracle branch is for the flat methods"),
+])
+def test_bad_rao_configs_are_clear_errors(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv, "--dry-run")
+    assert code == 2
+    assert re.search(message, " ".join(err.replace("│", " ").split())), err
+
+
+@pytest.mark.slow  # compiles the sampler and the tree update (tests/train/test_tree_loop.py runs the loop itself)
+def test_one_rao_update_through_the_command_line(capsys, tmp_path):
+    code = main([*RAO, "--out-dir", str(tmp_path), *SMOKE[:-2], "--max-steps", "4", "--tree.max-depth", "1",
+                 "--tree.max-nodes", "4", "--train.credit.no-filter-zero-variance"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads(out.out)
+    assert summary["optimizer_steps"] == 1 and summary["last"]["schedule/step"] == 1
+    assert math.isfinite(summary["last"]["train/loss"]) and summary["last"]["tree/rows"] >= 2
+    assert main(["trees", "--run", str(tmp_path)]) == 0 and "tree 0 of task" in capsys.readouterr().out

@@ -54,6 +54,7 @@ class TextCraftTreeConfig:
     show_recipes: bool = True  # the goal's recipe tree in each node's first message
     root_needs_finish: bool = True  # root success also needs a finish (the released check); else the targets only
     finish_message: str = "Done: the items are crafted."  # the constrained decoder's finish reply
+    planner_replies: bool = False  # admissible() also offers the planner tree's reply (planner_tree) at the node
 
 
 class TextCraftTreeWorld:
@@ -63,6 +64,7 @@ class TextCraftTreeWorld:
         self.config = config
         self.world = SharedCraft(env if env is not None else TextCraftSynthEnv(), task)
         self.book: RecipeBook = self.world.book
+        self._plan: PlannedNode | None | bool = False  # planner_tree of the task (None: no plan), made on first use
 
     # -- prompts and parsing -----------------------------------------------------------------------------------------
     def root_goal(self) -> Goal:
@@ -122,9 +124,30 @@ class TextCraftTreeWorld:
     def root_success(self, tree: Tree) -> bool:
         return self.world.won and (tree.root.finished or not self.config.root_needs_finish)
 
+    def planned_reply(self, tree: Tree, node: Node) -> str | None:
+        """The planner tree's reply (:func:`planner_tree` with the tree's limits) at the node's path and turn, if the
+        tree has followed the plan to this node (the planned node there has the node's targets)."""
+        if self._plan is False:
+            try:
+                self._plan = planner_tree(tree.task, book=self.book, limits=tree.limits)
+            except ValueError:
+                self._plan = None
+        if self._plan is None:
+            return None
+        try:
+            planned = self._plan.at(node_path(tree, node))
+        except IndexError:
+            return None
+        turn = len(node.turns)
+        if dict(planned.targets) != dict(node.goal.targets) or turn >= len(planned.replies):
+            return None
+        return planned.replies[turn]
+
     def admissible(self, tree: Tree, node: Node) -> list[str]:
         """For constrained decoding: the planner's next craft toward the node's goal, view_inventory, finish and,
-        while the node may delegate, a launch of each ingredient of its targets still short."""
+        while the node may delegate, a launch of each ingredient of its targets still short; with
+        ``planner_replies`` also the planner tree's reply (:meth:`planned_reply`), so that a policy warm-started on
+        planner trees can reproduce them under the constraint."""
         inventory = self.world.inventory()
         wanted = {item: n + (node.start_state or {}).get(item, 0) for item, n in node.goal.targets.items()}
         steps = plan(self.book, inventory, wanted, allow_get=False)
@@ -140,6 +163,9 @@ class TextCraftTreeWorld:
                         if member in top:
                             n = slot.count * top[item].times
                             replies.append(_code(f"await {format_call('launch_subagent', {member: n})}"))
+        planned = self.planned_reply(tree, node) if self.config.planner_replies else None
+        if planned is not None:
+            replies.append(planned)
         return sorted(set(replies))
 
 

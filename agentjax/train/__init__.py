@@ -27,6 +27,7 @@ from agentjax.train.config import (
     ModelConfig,
     OptimizerConfig,
     PPOCredit,
+    RAOCredit,
     RLOOCredit,
     RolloutConfig,
     TrainConfig,
@@ -83,6 +84,7 @@ __all__ = [
     "OptimizerConfig",
     "PPOCredit",
     "ProgressBar",
+    "RAOCredit",
     "RLOOCredit",
     "Restored",
     "RolloutConfig",
@@ -122,20 +124,24 @@ __all__ = [
 from agentjax.train.eval import eval_key, evaluate  # noqa: E402
 from agentjax.train.loop import evaluate_checkpoint, setup, task_stream, train  # noqa: E402
 from agentjax.train.presets import PRESETS, preset  # noqa: E402
-from agentjax.train.runconfig import ENVS, EnvSpec, RunConfig, WarmStart, run_from_dict  # noqa: E402
+from agentjax.train.runconfig import ENVS, EnvSpec, RunConfig, TreeConfig, WarmStart, run_from_dict  # noqa: E402
+from agentjax.train.tree_loop import evaluate_trees, train_trees  # noqa: E402
 
 __all__ += [
     "ENVS",
     "PRESETS",
     "EnvSpec",
     "RunConfig",
+    "TreeConfig",
     "WarmStart",
     "eval_key",
     "evaluate",
     "evaluate_checkpoint",
+    "evaluate_trees",
     "preset",
     "run_from_dict",
     "setup",
     "task_stream",
     "train",
+    "train_trees",
 ]

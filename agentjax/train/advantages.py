@@ -57,6 +57,7 @@ from agentjax.train.config import (
     GRPOCredit,
     HGPOCredit,
     PPOCredit,
+    RAOCredit,
     RLOOCredit,
     RolloutConfig,
 )
@@ -141,6 +142,9 @@ def _compute(credit: CreditConfig, rollout: RolloutConfig, batch: StepBatch, val
             stats["return_mean"], ret_std = _row_mean_std(returns_b, w_b)
             _, resid_std = _row_mean_std(returns_b - old_values_b, w_b)
             stats["value_explained_var"] = 1.0 - jnp.square(resid_std) / jnp.maximum(jnp.square(ret_std), 1e-8)
+        case RAOCredit():
+            raise TypeError("compute_advantages: RAO's credit is per tree node, from a TreeBatch "
+                            "(agentjax.train.tree_credit.row_credit); the flat trainer does not train it")
         case _:
             raise TypeError(f"compute_advantages: unknown credit config {type(credit).__name__}")
     adv_b = jnp.where(batch.row_mask, adv_b, 0.0)

@@ -173,7 +173,47 @@ class CRBCCredit:
         _one_of(self, "score", _SCORES)
 
 
-CreditConfig = GRPOCredit | RLOOCredit | PPOCredit | GiGPOCredit | HGPOCredit | GraphGPOCredit | CRBCCredit
+@dataclasses.dataclass(frozen=True)
+class RAOCredit:
+    """RAO on recursive trees (METHODS.md "SERA" 6-8): per-node rewards, leave-one-out over the K trees of a root task,
+    the zero-variance filter, inverse-frequency depth weights, CISPO; trained by :mod:`agentjax.train.tree_loop`.
+
+    A child's reward is its verifier / judge's binary label, the root's the environment outcome
+    (:func:`agentjax.credit.sera_stages.execution_credit`). ``stages`` is the schedule's cycle ``e : d : r`` of
+    optimizer steps (:class:`agentjax.train.schedule.StageSchedule`; RAO 1 : 0 : 0, RAO + D 12 : 4 : 0, whose
+    decomposition steps train the delegation tokens with leaf coverage,
+    :func:`~agentjax.credit.sera_stages.decomposition_credit`); the run's ``updates`` are its total steps. The
+    released code's readings are the defaults (``Training/configs/textcraft.yaml``: CISPO with ρ clipped to [0, 5],
+    no KL, the root-outcome LOO baseline, depth weights over trajectories, the zero-variance filter on TextCraft;
+    ``textworld.yaml`` turns the filter off); the paper summary's readings are the other values
+    (:mod:`agentjax.credit.sera_baselines`).
+    """
+
+    method: ClassVar[str] = "rao"
+    stages: tuple[int, int, int] = (1, 0, 0)  # execution : decomposition : rubric optimizer steps per cycle
+    baseline: Literal["root", "pooled", "tree_mean"] = "root"  # execution LOO baseline
+    decomposition_baseline: Literal["tree_mean", "pooled"] = "tree_mean"
+    empty_as_zero: bool = True  # a tree without launch events counts as mean event reward 0
+    depth_weighting: Literal["trajectory", "sample", "none"] = "trajectory"
+    filter_zero_variance: bool = True
+    clip_low: float | None = 0.0  # CISPO bounds on the importance ratio (None: unbounded on that side)
+    clip_high: float | None = 5.0
+
+    def __post_init__(self):
+        if len(self.stages) != 3 or min(self.stages) < 0 or sum(self.stages) == 0:
+            raise ValueError(f"RAOCredit.stages must be three step counts (execution, decomposition, rubric) >= 0, "
+                             f"not all 0; got {self.stages}")
+        if self.stages[2]:
+            raise ValueError("RAOCredit.stages: the rubric stage needs SERA's rubrics and counterfactual forks, which "
+                             "RAO does not have; use (1, 0, 0) (RAO) or (12, 4, 0) (RAO + D)")
+        _one_of(self, "baseline", ("root", "pooled", "tree_mean"))
+        _one_of(self, "decomposition_baseline", ("tree_mean", "pooled"))
+        _one_of(self, "depth_weighting", ("trajectory", "sample", "none"))
+        if self.clip_low is not None and self.clip_high is not None and self.clip_low > self.clip_high:
+            raise ValueError(f"RAOCredit: clip_low {self.clip_low} > clip_high {self.clip_high}")
+
+
+CreditConfig = GRPOCredit | RLOOCredit | PPOCredit | GiGPOCredit | HGPOCredit | GraphGPOCredit | CRBCCredit | RAOCredit
 CREDIT_METHODS: dict[str, type] = {c.method: c for c in CreditConfig.__args__}
 
 
@@ -379,10 +419,33 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: the batch of {self.rollout.rows} rows does not split into "
                              f"{self.mini_batches} mini-batches of whole micro-batches of {self.micro_batch_size} "
                              "rows; choose mini_batches and micro_batch_size whose product divides it")
+        if isinstance(self.credit, RAOCredit):
+            self._check_rao()
         if self.sero is not None and self.oracle_rows % self.oracle_micro_batch_size:
             raise ValueError(f"TrainConfig: the oracle batch of {self.oracle_rows} rows (sero.capacity) does not split "
                              f"into micro-batches of {self.oracle_micro_batch_size} (sero.micro_batch_size); choose "
                              "sizes where one divides the other")
+
+    def _check_rao(self) -> None:
+        """RAO trains CISPO (token mean, no KL, no entropy bonus) with one optimizer step per batch (released:
+        ``ppo_n_minibatches: 1``), on its own trees (no SERO branch)."""
+        loss = self.loss
+        if loss.kl_coef or loss.entropy_coef:
+            raise ValueError(f"RAO trains CISPO without KL or entropy terms: set loss.kl_coef=0 and "
+                             f"loss.entropy_coef=0 (got {loss.kl_coef}, {loss.entropy_coef})")
+        if loss.aggregation != "token-mean":
+            raise ValueError(f"RAO's CISPO is a token mean: set loss.aggregation='token-mean', got "
+                             f"{loss.aggregation!r}")
+        if self.mini_batches != 1 or self.epochs != 1:
+            raise ValueError(f"RAO takes one optimizer step per batch: set mini_batches=1 and epochs=1 (got "
+                             f"{self.mini_batches}, {self.epochs})")
+        if self.sero is not None:
+            raise ValueError("SERO's oracle branch is for the flat methods; RAO trains on trees (drop --sero)")
+
+    @property
+    def is_tree(self) -> bool:
+        """The method trains on recursive trees (:mod:`agentjax.train.tree_loop`)."""
+        return isinstance(self.credit, RAOCredit)
 
     @property
     def oracle_rows(self) -> int:

@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 RUN_CONFIG = "run_config.json"
 # Keys of the config that a resumed run must share with its checkpoint (the rest is schedule and files).
-RESUME_KEYS = ("train", "env", "env_kwargs", "collect", "warm_start", "tokenizer")
+RESUME_KEYS = ("train", "env", "env_kwargs", "collect", "warm_start", "tokenizer", "tree")
 
 
 # -- the task stream -----------------------------------------------------------------------------------------------
@@ -109,11 +109,22 @@ def optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
     return make_optimizer(config)
 
 
-def make_pool(run: RunConfig) -> SerialPool | EnvPool:
-    make_env = functools.partial(run.spec.env_class(), **run.env_kwargs)
+def make_pool(run: RunConfig, *, evaluation: bool = False) -> SerialPool | EnvPool:
+    """The env pool of the training batches (``env_kwargs``; also evaluation's when its kwargs are the same) or,
+    with ``evaluation``, of evaluation only (``eval_env_kwargs``)."""
+    kwargs = run.eval_kwargs if evaluation else run.env_kwargs
+    slots = run.eval_slots if evaluation else run.slots
+    make_env = functools.partial(run.spec.env_class(), **kwargs)
     if run.workers == 0:
-        return SerialPool(make_env, run.slots)
-    return EnvPool(make_env, run.slots, run.workers)
+        return SerialPool(make_env, slots)
+    return EnvPool(make_env, slots, run.workers)
+
+
+def make_eval_pool(run: RunConfig, pool: SerialPool | EnvPool) -> SerialPool | EnvPool:
+    """``pool`` where evaluation runs the env with the training kwargs, else a pool of its own."""
+    if not run.eval_every or run.eval_kwargs == dict(run.env_kwargs):
+        return pool
+    return make_pool(run, evaluation=True)
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -157,6 +168,16 @@ class Trainer:
     checkpoints: Checkpointer
     resumed_from: int | None
     sero: SeroBranch | None = None  # SERO's oracle branch (TrainConfig.sero)
+    eval_pool: Any = None  # evaluation's pool where eval_env_kwargs differ (None: `pool`)
+
+    @property
+    def evaluation_pool(self) -> Any:
+        return self.pool if self.eval_pool is None else self.eval_pool
+
+    def close_pools(self) -> None:
+        self.pool.close()
+        if self.eval_pool is not None and self.eval_pool is not self.pool:
+            self.eval_pool.close()
 
 
 def _existing_steps(directory: str) -> list[str]:
@@ -208,6 +229,7 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
             state, resumed_from = restored.state, restored.step
             log.info("resumed from %s (update %d)", restored.path, restored.step)
     pool = make_pool(run)
+    eval_pool = make_eval_pool(run, pool)
     sero = None
     if run.train.sero is not None:
         sero = SeroBranch(run.train, run.train_collect, model, tokenizer, pool, run.branch_slots)
@@ -215,7 +237,7 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
                    update=make_update(run.train, model, tx),
                    value_fn=make_value_fn(run.train, model) if run.train.is_ppo else None,
                    pool=pool, train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,
-                   resumed_from=resumed_from, sero=sero)
+                   resumed_from=resumed_from, sero=sero, eval_pool=None if eval_pool is pool else eval_pool)
 
 
 def _eval_scalars(evaluation: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,7 +261,12 @@ def _due(step: int, every: int, last: int) -> bool:
 def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:
     """Train ``run`` (module docstring). ``stop_after`` ends this call after that many updates (as an interruption
     would, after the update's checkpoint if one was due). Returns a summary: ``out_dir``, ``step``,
-    ``resumed_from``, ``last`` (the last metrics line), ``last_eval``, ``seconds_per_update``."""
+    ``resumed_from``, ``last`` (the last metrics line), ``last_eval``, ``seconds_per_update``. A tree method's run
+    (RAO: ``run.tree``) trains with :func:`agentjax.train.tree_loop.train_trees`."""
+    if run.tree is not None:
+        from agentjax.train.tree_loop import train_trees
+
+        return train_trees(run, resume=resume, stop_after=stop_after)
     t = setup(run, resume=resume)
     cfg, ro = run.train, run.train.rollout
     start = int(t.state.step)
@@ -252,7 +279,7 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
             t0 = time.perf_counter()
             sync_model(t.model, t.state, copy=False)
             t.sampler.update_weights(t.model)
-            last_eval = evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(cfg.seed),
+            last_eval = evaluate(t.evaluation_pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(cfg.seed),
                                  task_indices=range(len(t.eval_tasks)))
             _save_outcomes(run, t.eval_tasks, 0, last_eval)
             writer.write(0, update_metrics(eval=_eval_scalars(last_eval)) | {"time/eval": time.perf_counter() - t0})
@@ -289,7 +316,7 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
                     with timer("eval"):
                         sync_model(t.model, state, copy=False)
                         t.sampler.update_weights(t.model)
-                        evaluation = evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect,
+                        evaluation = evaluate(t.evaluation_pool, t.eval_tasks, t.sampler, run.eval_collect,
                                               eval_key(cfg.seed), task_indices=range(len(t.eval_tasks)))
                         _save_outcomes(run, t.eval_tasks, step, evaluation)
                     last_eval = evaluation
@@ -316,7 +343,7 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
     finally:
         writer.close()
         t.checkpoints.close()
-        t.pool.close()
+        t.close_pools()
     return {"out_dir": run.out_dir, "step": int(t.state.step), "resumed_from": t.resumed_from, "last": last,
             "last_eval": last_eval, "seconds_per_update": float(np.mean(seconds)) if seconds else None,
             "params": t.state.params}
@@ -360,7 +387,7 @@ def build_bank(run: RunConfig, folder: str, *, batches: int = 1, checkpoint: str
                      metrics["roots_gated"], metrics["oracle_steps"], path)
     finally:
         t.checkpoints.close()
-        t.pool.close()
+        t.close_pools()
     return files
 
 
@@ -407,16 +434,21 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     tokenizer = load_tokenizer(run.tokenizer)
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run.replace(warm_start=None), tokenizer, mesh)  # structure only: the checkpoint has the weights
-    like = init_state(run.train, model, jax.random.key(0))
+    like = init_state(run.train, model, jax.random.key(0), schedule=run.tree is not None)
     with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as ckpt:
         restored = ckpt.restore(step, like) if step is not None else ckpt.restore_latest(like)
     sync_model(model, restored.state)
-    pool = make_pool(run)
-    try:
-        result = evaluate(pool, eval_tasks, Sampler(model, tokenizer), run.eval_collect,
-                          eval_key(run.train.seed), task_indices=range(len(eval_tasks)))
-    finally:
-        pool.close()
+    if run.tree is not None:  # root success of the trees
+        from agentjax.train.tree_loop import evaluate_trees
+
+        result, _ = evaluate_trees(run, eval_tasks, Sampler(model, tokenizer), eval_key(run.train.seed))
+    else:
+        pool = make_pool(run, evaluation=True)
+        try:
+            result = evaluate(pool, eval_tasks, Sampler(model, tokenizer), run.eval_collect,
+                              eval_key(run.train.seed), task_indices=range(len(eval_tasks)))
+        finally:
+            pool.close()
     result = {"step": restored.step, "env": run.env, "split": spec.eval_split, "tasks": len(eval_tasks),
               "seeds": run.eval_seeds, "method": run.train.credit.method} | result
     with open(os.path.join(out_dir, f"eval_{restored.step}.json"), "w") as f:

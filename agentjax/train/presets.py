@@ -1,4 +1,5 @@
-"""Run presets for the CLI: ``tiny`` (a 2-core CPU), ``paper-1.5b`` and ``paper-7b`` (a GPU mesh), per env and method.
+"""Run presets for the CLI: ``tiny`` (a 2-core CPU), ``paper-1.5b`` and ``paper-7b`` (a GPU mesh), per env and method;
+the tree methods (RAO: :data:`TREE_METHODS`) have ``tiny`` and ``paper-4b`` (:func:`tiny_tree`, :func:`paper_tree`).
 
 ``preset(name, method, env)`` returns a consistent :class:`~agentjax.train.runconfig.RunConfig`; the CLI applies
 flag overrides on top, and experiment folders (``experiments/crbc/presets.py``) build theirs from these.
@@ -52,13 +53,16 @@ from agentjax.train.config import (
     LossConfig,
     ModelConfig,
     OptimizerConfig,
+    RAOCredit,
     RolloutConfig,
     TrainConfig,
     credit_for,
 )
-from agentjax.train.runconfig import ENVS, RunConfig, WarmStart
+from agentjax.train.runconfig import ENVS, RunConfig, TreeConfig, WarmStart, full_capacity
+from agentjax.train.schedule import TOTAL_STEPS
 
-PRESETS = ("tiny", "paper-1.5b", "paper-7b")
+PRESETS = ("tiny", "paper-1.5b", "paper-7b", "paper-4b")
+TREE_METHODS = ("rao",)  # methods that train recursive trees (agentjax.train.tree_loop): tiny and paper-4b
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
 STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40, "textcraft_synth": 75, "textworld": 100,
              "textworld_cooking_sync": 200, "textworld_sync": 200}
@@ -194,12 +198,129 @@ def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig
         mesh=(8, 1) if size == "1.5b" else (4, 2), require_pretrained=True, progress=True)
 
 
+# -- RAO: recursive trees (METHODS.md "SERA" 1, 6-8; agentjax.train.tree_loop) -------------------------------------
+# The released optimizer (Training/configs/textcraft.yaml, textworld.yaml): Adam(W) lr 3e-6, betas (0.9, 0.95),
+# eps 1e-8, weight decay 0.017, gradient clipping 1.0, constant schedule; warm-up 0.001 of the steps (0 steps of 250
+# or 400); one optimizer step per batch; CISPO clipped to [0, 5], no KL. Sampling at temperature 1, replies of up to
+# 512 (TextCraft-Synth) / 3,072 (TextWorld-Sync) tokens, prompts of 9,600 / 10,240; the zero-variance filter on
+# TextCraft-Synth only.
+RELEASED_ADAM = dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.017, max_grad_norm=1.0, schedule="constant")
+PAPER_TREE_LENS = {"textcraft_synth": (9600, 512), "textworld_sync": (10240, 3072)}  # prompt, response tokens
+FILTER_ZERO_VARIANCE = {"textcraft_synth": True, "textworld_sync": False}
+# TextWorld-Sync trains with the released runtime's shared budget of 100 steps and evaluates with each task's own
+# (agentjax.agents.textworld_tree.TextWorldTreeConfig.training / .evaluation).
+TREE_ENV_KWARGS = {"textcraft_synth": {}, "textworld_sync": {"budget": 100, "lookup_style": "training"}}
+TREE_EVAL_ENV_KWARGS = {"textcraft_synth": None, "textworld_sync": {"budget": None, "lookup_style": "evaluation"}}
+# The tiny preset's tree worlds: TextCraft-Synth without the recipe listing in a node's first message (prompts
+# of 521 tokens median, <= 1,189 on 40 train_medium planner trees with history 2; with it: up to 1,989) and with the
+# planner tree's reply among the admissible ones (the warm start imitates planner trees under the constraint).
+TINY_TREE_ENV_KWARGS = {"textcraft_synth": {"show_recipes": False, "planner_replies": True},
+                        "textworld_sync": {"budget": 100, "lookup_style": "training"}}
+# Prompt / reply capacities of the tiny tree preset: TextCraft-Synth planner replies <= 162 tokens at 8 turns a node
+# (crafts packed to fit the budget), prompts as above; TextWorld-Sync replies are one command or a delegation.
+TINY_TREE_LENS = {"textcraft_synth": (1536, 192), "textworld_sync": (2048, 96)}
+# Turns per node and the collector's turn cap of the tiny tree preset: TextCraft-Synth's planner trees fit 8 turns a
+# node (every one of 200 train_medium tasks at depth <= 2); TextWorld-Sync's need the paper's 20 (planner trees on 24
+# train tasks: root success 0.21 at 8 turns a node, 1.0 at 20; replies <= 63 tokens, prompts <= 1,639).
+TINY_TREE_STEPS = {"textcraft_synth": (8, 48), "textworld_sync": (20, 96)}
+
+
+def tiny_tree_arch(**kw: Any) -> QwenConfig:
+    """The tiny tree preset's policy: Qwen3 structure (q/k norm, no bias), the full Qwen vocabulary, 2 layers of
+    width 64."""
+    return QwenConfig.tiny_qwen3(**(dict(vocab_size=151_936, d_model=64, mlp_dim=256, num_layers=2, num_heads=4,
+                                          num_kv_heads=2, head_dim=16, max_positions=4096, name="tiny-qwen3-151k")
+                                    | kw))
+
+
+def _tree_sized(train: TrainConfig, collect: CollectConfig, tree: TreeConfig, **sizes: int) -> dict[str, Any]:
+    """``train`` and ``collect`` with the same sizes (``_sized``'s) and the tree batch's row bound
+    (:func:`~agentjax.train.runconfig.full_capacity`: every turn of every node fits)."""
+    out = _sized(train, collect, **sizes)
+    rows = full_capacity(out["train"].rollout, tree)
+    return dict(train=out["train"].replace(rollout=dataclasses.replace(out["train"].rollout, capacity=rows)),
+                collect=out["collect"].replace(capacity=rows))
+
+
+def tiny_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any) -> RunConfig:
+    """The tree methods' CPU preset: 2 root tasks × 4 trees per batch, 8 turns a node (TextWorld-Sync: 20,
+    :data:`TINY_TREE_STEPS`), depth <= 2, <= 16 nodes a tree, a 2-layer Qwen3 (:func:`tiny_tree_arch`) with
+    constrained decoding over the world's admissible replies, history 2, one CISPO step a batch (Adam with the
+    released betas, decay and clipping at a tiny-model learning rate of 1e-3), 10 optimizer steps, evaluation every
+    5 on 8 eval tasks × 2 trees; warm start: 300 AdamW steps of 16 node turns at 2e-3 on 128 planner trees
+    (:mod:`agentjax.train.tree_warmstart`; ~3,800 node turns). Cost on the shared 2-core machine (load 5-8): an
+    update of ~50-100 node turns takes 15-30 s to grow its trees and 30-40 s to train (most of it compiling a new
+    batch shape), a warm-start step ~7 s (node prompts of 500-1,200 tokens)."""
+    if method not in TREE_METHODS:
+        raise ValueError(f"tiny_tree: {method!r} is not a tree method ({', '.join(TREE_METHODS)})")
+    prompt_len, response_len = TINY_TREE_LENS[env]
+    train = TrainConfig(
+        model=ModelConfig(tiny_tree_arch()),
+        credit=RAOCredit(**(dict(filter_zero_variance=FILTER_ZERO_VARIANCE[env]) | credit)),
+        loss=LossConfig(kl_coef=0.0, entropy_coef=0.0, logprob_chunk=16, logprob_remat=False),
+        optimizer=OptimizerConfig(learning_rate=1e-3, **RELEASED_ADAM),
+        micro_batch_size=16, seed=0)
+    collect = CollectConfig(constrained=True, masked_logp=True, sparse_logits=True, max_allowed=32, batch_bucket=8,
+                            pow2_batches=True, row_keys=True, truncation="left",
+                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
+                                                    prompt_bucket=512))
+    max_steps, max_turns = TINY_TREE_STEPS[env]
+    tree = TreeConfig(max_depth=2, max_children=4, max_nodes=16, max_turns=max_turns, history_length=2)
+    sizes = _tree_sized(train, collect, tree, num_groups=2, group_size=4, max_steps=max_steps, prompt_len=prompt_len,
+                        response_len=response_len)
+    return RunConfig(**sizes, env=env, env_kwargs=dict(TINY_TREE_ENV_KWARGS[env]),
+                     eval_env_kwargs=TREE_EVAL_ENV_KWARGS[env], updates=10, eval_every=5, eval_tasks=8, eval_seeds=2,
+                     checkpoint_every=5, keep_checkpoints=2, out_dir=f"runs/tiny-{env}-{method}",
+                     warm_start=WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-3), tree=tree)
+
+
+def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any) -> RunConfig:
+    """SERA's setting for a tree method (papers/SERA.txt; the released configs): Qwen3-4B-Instruct-2507, 8 root
+    tasks × 8 trees per step, 20 turns per node, depth <= 3, the released optimizer (:data:`RELEASED_ADAM`, lr 3e-6)
+    and sampling, 250 (TextCraft-Synth) / 400 (TextWorld-Sync) optimizer steps, every node's whole history in its
+    prompt, evaluation on SERA's whole eval split (one tree per task) every 50 steps, on an (fsdp 8, tp 1) mesh of
+    one 8-GPU node. It starts from the Instruct weights (``--train.model.checkpoint DIR``)."""
+    if method not in TREE_METHODS:
+        raise ValueError(f"paper_tree: {method!r} is not a tree method ({', '.join(TREE_METHODS)})")
+    prompt_len, response_len = PAPER_TREE_LENS[env]
+    train = TrainConfig(
+        model=ModelConfig(QwenConfig.qwen3_4b(dtype="bfloat16", remat=True)),
+        credit=RAOCredit(**(dict(filter_zero_variance=FILTER_ZERO_VARIANCE[env]) | credit)),
+        loss=LossConfig(kl_coef=0.0, entropy_coef=0.0),
+        optimizer=OptimizerConfig(learning_rate=3e-6, **RELEASED_ADAM),
+        micro_batch_size=8, seed=0)
+    collect = CollectConfig(truncation="left", batch_bucket=64, invalid_penalty=0.1, success_reward=10.0,
+                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
+                                                    prompt_bucket=256))
+    tree = TreeConfig(max_depth=3, max_children=8, max_nodes=64, max_turns=400)
+    sizes = _tree_sized(train, collect, tree, num_groups=8, group_size=8, max_steps=20, prompt_len=prompt_len,
+                        response_len=response_len)
+    return RunConfig(**sizes, env=env, env_kwargs=dict(TREE_ENV_KWARGS[env]), eval_env_kwargs=TREE_EVAL_ENV_KWARGS[env],
+                     updates=TOTAL_STEPS[env], eval_every=50, eval_tasks=PAPER_EVAL_TASKS[env], eval_seeds=1,
+                     checkpoint_every=50, keep_checkpoints=3, out_dir=f"runs/paper-4b-{env}-{method}", mesh=(8, 1),
+                     require_pretrained=True, tree=tree)
+
+
 def preset(name: str, method: str, env: str, **credit: Any) -> RunConfig:
-    """A preset by name (:data:`PRESETS`), with clear errors for unknown names."""
+    """A preset by name (:data:`PRESETS`), with clear errors for unknown names: the tree methods
+    (:data:`TREE_METHODS`) have ``tiny`` and ``paper-4b``, the flat ones ``tiny``, ``paper-1.5b`` and ``paper-7b``."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {PRESETS}")
     if env not in ENVS:
         raise ValueError(f"unknown env {env!r}; choose one of {sorted(ENVS)}")
+    if method in TREE_METHODS:
+        from agentjax.train.tree_worlds import TREE_ENVS
+
+        if env not in TREE_ENVS:
+            raise ValueError(f"--method {method} trains recursive agents on {', '.join(TREE_ENVS)}, not {env!r}")
+        if name == "tiny":
+            return tiny_tree(method, env, **credit)
+        if name != "paper-4b":
+            raise ValueError(f"--method {method}'s paper preset is paper-4b (Qwen3-4B-Instruct-2507), not {name!r}")
+        return paper_tree(method, env, **credit)
+    if name == "paper-4b":
+        raise ValueError(f"paper-4b is the tree methods' preset ({', '.join(TREE_METHODS)}); --method {method} has "
+                         "paper-1.5b and paper-7b")
     if name == "tiny":
         return tiny(method, env, **credit)
     return paper(method, env, name.removeprefix("paper-"), **credit)

@@ -141,13 +141,59 @@ class WarmStart:
 
 
 @dataclasses.dataclass(frozen=True)
+class TreeConfig:
+    """The recursive-agent trees of a RAO run (METHODS.md "SERA" 1; :mod:`agentjax.train.tree_loop`).
+
+    The sizes shared with the flat runs keep their meaning: ``train.rollout.num_groups`` root tasks per batch,
+    ``group_size`` trees per root task (K), ``max_steps`` turns per node (20), ``prompt_len`` / ``response_len``
+    per node turn; ``capacity`` bounds the rows of a batch (default every turn fitting:
+    ``num_groups · K · max_nodes · max_steps``; a batch is padded to ``micro_batch_size · 2^j`` rows below it). The
+    sampler and prompt settings come from ``collect`` (:attr:`RunConfig.tree_collect`); ``env_kwargs`` go to the
+    env's tree world (:mod:`agentjax.train.tree_worlds`).
+    """
+
+    max_depth: int = 3  # a node delegates only while its depth < max_depth
+    max_children: int = 8  # children per delegation
+    max_nodes: int = 64  # nodes per tree
+    max_turns: int = 400  # the collector's cap on turns of a batch (trees still running are cut)
+    history_length: int | None = None  # own turns shown in a node's prompt (None: all that fit)
+    node_slots: int | None = None  # Q of the tree arrays (default max_nodes)
+    event_slots: int | None = None  # E of the tree arrays (default 2 Q)
+    max_skipped_batches: int = 20  # stop once more batches than this trained nothing (no signal / NaN)
+    saved_trees: int = 4  # trees per batch written to <out_dir>/trees/<step>.json (and those of each evaluation)
+
+    def __post_init__(self):
+        if self.max_depth < 0:
+            raise ValueError(f"TreeConfig.max_depth must be >= 0, got {self.max_depth}")
+        for name in ("max_children", "max_nodes", "max_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TreeConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_skipped_batches", "saved_trees"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TreeConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.history_length is not None and self.history_length < 0:
+            raise ValueError(f"TreeConfig.history_length must be >= 0 or None, got {self.history_length}")
+        if self.node_slots is not None and self.node_slots < self.max_nodes:
+            raise ValueError(f"TreeConfig.node_slots={self.node_slots} cannot hold a tree of max_nodes="
+                             f"{self.max_nodes}; raise it or leave it None")
+
+
+def full_capacity(rollout: Any, tree: TreeConfig | None) -> int:
+    """Rows of a batch with every turn fitting: ``G · R · max_steps`` (flat) or ``G · K · max_nodes · max_steps``."""
+    rows = rollout.num_groups * rollout.group_size * rollout.max_steps
+    return rows * tree.max_nodes if tree is not None else rows
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """A training run (module docstring).
 
     Attributes:
       train: the update's config (model, sizes, credit method, loss, optimizer, seed).
       env: a key of :data:`ENVS`.
-      env_kwargs: keyword arguments of the env class (e.g. ``{"max_steps": 15}``).
+      env_kwargs: keyword arguments of the env class (e.g. ``{"max_steps": 15}``; a tree run: of its tree world).
+      eval_env_kwargs: the env's keyword arguments at evaluation (None: ``env_kwargs``); e.g. TextWorld-Sync trains
+        trees with a shared budget of 100 steps and evaluates with each task's own.
       collect: the collector config; its sizes must equal ``train.rollout``'s.
       updates: total updates of the run (a resumed run continues up to it).
       eval_every: evaluate after every N-th update and after the last (0: never).
@@ -165,6 +211,7 @@ class RunConfig:
       require_pretrained: refuse to start without ``train.model.checkpoint`` (the paper presets).
       progress: show the live progress bar.
       tensorboard: also write TensorBoard scalars.
+      tree: the recursive-agent trees of a tree method (RAO; :class:`TreeConfig`); None for the flat methods.
     """
 
     train: TrainConfig = TrainConfig()
@@ -187,10 +234,13 @@ class RunConfig:
     require_pretrained: bool = False
     progress: bool = True
     tensorboard: bool = True
+    eval_env_kwargs: dict[str, int | float | str | bool | None] | None = None
+    tree: TreeConfig | None = None
 
     def __post_init__(self):
         if self.env not in ENVS:
             raise ValueError(f"RunConfig.env={self.env!r} is not an environment; choose one of {sorted(ENVS)}")
+        self._check_tree()
         for name in ("updates", "eval_seeds", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RunConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -212,6 +262,22 @@ class RunConfig:
                                  f"the mesh's fsdp size {self.mesh[0]} (rows are split over fsdp)")
         self._check_sizes()
 
+    def _check_tree(self) -> None:
+        method = self.train.credit.method
+        if self.train.is_tree != (self.tree is not None):
+            raise ValueError(f"--method {method} " + ("trains recursive trees and needs RunConfig.tree (the rao "
+                             "presets set it)" if self.train.is_tree else "is a flat method; RunConfig.tree must be "
+                             "None"))
+        if self.tree is None:
+            return
+        from agentjax.train.tree_worlds import TREE_ENVS
+
+        if self.env not in TREE_ENVS:
+            raise ValueError(f"--method {method} trains recursive agents on {', '.join(TREE_ENVS)}, not {self.env!r}")
+        if self.workers:
+            raise ValueError(f"RunConfig.workers={self.workers}: the tree collector steps its shared worlds in this "
+                             "process; set workers=0")
+
     def _check_sizes(self) -> None:
         ro, co = self.train.rollout, self.collect
         pairs = (
@@ -226,6 +292,8 @@ class RunConfig:
                 raise ValueError(f"train.rollout.{name}={want} but {cname}={got}: the collector fills the update's "
                                  f"batch, so the sizes must agree; set both (RunConfig.with_sizes does)")
         episodes = ro.num_groups * ro.group_size
+        if self.tree is not None:
+            return
         if ro.rows < episodes:
             raise ValueError(f"the batch has {ro.rows} row slots (train.rollout.capacity) for {ro.num_groups} groups x "
                              f"group size {ro.group_size} = {episodes} rollouts of at least one turn each; raise the "
@@ -269,6 +337,41 @@ class RunConfig:
             sampling = dataclasses.replace(sampling, temperature=self.eval_temperature)
         return self.collect.replace(group_size=self.eval_seeds, capacity=None, sampling=sampling, row_keys=True)
 
+    @property
+    def eval_kwargs(self) -> dict[str, Any]:
+        """The env's keyword arguments at evaluation (``eval_env_kwargs``, else ``env_kwargs``)."""
+        return dict(self.env_kwargs if self.eval_env_kwargs is None else self.eval_env_kwargs)
+
+    @property
+    def tree_collect(self) -> Any:
+        """The tree collector's config of the training batches
+        (:class:`~agentjax.rollout.tree_collect.TreeCollectConfig`): ``K = group_size`` trees per root task, the
+        node budget ``max_steps`` and the tree limits, ``collect``'s sampler, prompt and decoding settings."""
+        from agentjax.agents.tree import TreeLimits
+        from agentjax.rollout.tree_collect import TreeCollectConfig
+
+        if self.tree is None:
+            raise ValueError("RunConfig.tree_collect: a flat run has no trees")
+        co, tr = self.collect, self.tree
+        return TreeCollectConfig(
+            trees_per_task=co.group_size, limits=TreeLimits(max_steps=co.max_steps, max_depth=tr.max_depth,
+                                                            max_children=tr.max_children, max_nodes=tr.max_nodes),
+            max_turns=tr.max_turns, history_length=tr.history_length, sampling=co.sampling,
+            max_prompt_tokens=co.max_prompt_tokens, truncation=co.truncation, invalid_penalty=co.invalid_penalty,
+            success_reward=co.success_reward, constrained=co.constrained, masked_logp=co.masked_logp,
+            sparse_logits=co.sparse_logits, max_allowed=co.max_allowed, max_trie_edges=co.max_trie_edges,
+            batch_bucket=co.batch_bucket, pow2_batches=co.pow2_batches, row_keys=co.row_keys,
+            node_slots=tr.node_slots, event_slots=tr.event_slots)
+
+    @property
+    def eval_tree_collect(self) -> Any:
+        """The tree collector's config of evaluation: ``eval_seeds`` trees per task, one sampling stream per tree
+        slot and node (``row_keys``: common random numbers across eval points and runs), ``eval_temperature``."""
+        sampling = self.collect.sampling
+        if self.eval_temperature is not None:
+            sampling = dataclasses.replace(sampling, temperature=self.eval_temperature)
+        return self.tree_collect.replace(trees_per_task=self.eval_seeds, sampling=sampling, row_keys=True)
+
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
 
@@ -281,7 +384,7 @@ class RunConfig:
             raise ValueError(f"with_sizes: unknown sizes {sorted(unknown)}")
         ro = dataclasses.replace(self.train.rollout, **sizes)
         if "capacity" not in sizes:
-            ro = dataclasses.replace(ro, capacity=ro.num_groups * ro.group_size * ro.max_steps)
+            ro = dataclasses.replace(ro, capacity=full_capacity(ro, self.tree))
         co = self.collect.replace(group_size=ro.group_size, max_steps=ro.max_steps, max_prompt_tokens=ro.prompt_len,
                                   sampling=dataclasses.replace(self.collect.sampling, max_new_tokens=ro.response_len),
                                   capacity=ro.rows)
@@ -309,11 +412,18 @@ class RunConfig:
             raise ValueError(f"the model's vocabulary ({self.train.model.arch.vocab_size}) is smaller than the Qwen "
                              f"tokenizer's ({QWEN_TOKENIZER_SIZE}); use vocab_size >= {QWEN_TOKENIZER_SIZE} "
                              "(151,936 as Qwen2.5) or pass a smaller tokenizer folder")
-        try:
-            inspect.signature(self.spec.env_class()).bind(**self.env_kwargs)
-        except TypeError as e:
-            raise ValueError(f"RunConfig.env_kwargs={self.env_kwargs} do not fit {self.spec.cls}: {e}") from None
-        if self.warm_start is not None and not self.collect.constrained:
+        if self.tree is not None:
+            from agentjax.train.tree_worlds import check_world_kwargs
+
+            check_world_kwargs(self.env, self.env_kwargs, "env_kwargs")
+            check_world_kwargs(self.env, self.eval_kwargs, "eval_env_kwargs")
+        else:
+            for name, kwargs in (("env_kwargs", self.env_kwargs), ("eval_env_kwargs", self.eval_kwargs)):
+                try:
+                    inspect.signature(self.spec.env_class()).bind(**kwargs)
+                except TypeError as e:
+                    raise ValueError(f"RunConfig.{name}={kwargs} do not fit {self.spec.cls}: {e}") from None
+        if self.warm_start is not None and self.tree is None and not self.collect.constrained:
             raise ValueError("the warm start imitates the constrained decoder's replies (collect.constrained_format); "
                              "set collect.constrained=True or warm_start=None")
 
@@ -370,5 +480,5 @@ def config_hash(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-__all__ = ["ENVS", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "WarmStart", "collect_preset", "config_hash",
-           "run_from_dict"]
+__all__ = ["ENVS", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "TreeConfig", "WarmStart", "collect_preset",
+           "config_hash", "full_capacity", "run_from_dict"]

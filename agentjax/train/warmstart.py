@@ -5,7 +5,9 @@ prompt is ``encode_prompt(build_messages(template, obs, history, step, history_l
 ``(observation text, projected action)`` records, and the response is the string the constrained decoder emits
 for the oracle's action, ``collect.constrained_format.format(action=a)``, tokenised, followed by the first stop
 token (``<|im_end|>`` for Qwen). The oracle's action is matched to the admissible list case-insensitively, so the
-reply names the admissible spelling the constrained decoder can produce.
+reply names the admissible spelling the constrained decoder can produce. A tree run (RAO) warm-starts on the
+planner's trees instead (:mod:`agentjax.train.tree_warmstart`: node-turn rows with the tree collector's prompts),
+with the same objective, optimizer and cache.
 
 The objective is the mean NLL over the response tokens (the stop token included), computed with the update's
 own decoder pass (:func:`agentjax.train.update.forward_rows`: prompt + response in one segment, log-probs from
@@ -20,8 +22,8 @@ only, and costs no ``[·, V]`` unembedding. AdamW (no weight decay) with a const
 Caching: the warm-started weights are saved in Hugging Face layout (:func:`agentjax.models.save_hf`) under
 ``<cache_dir>/<hash>/`` (written to a temporary folder and renamed: atomic) with ``warmstart.json`` (the
 config, the demonstration count, the loss curve). The hash covers the warm-start config, the architecture, the
-initial checkpoint, the env and its kwargs, the prompt settings and the tokenizer, so every method and RL seed
-of an experiment reads one identical warm start.
+initial checkpoint, the env and its kwargs, the prompt settings (a tree run's: the tree settings too) and the
+tokenizer, so every method and RL seed of an experiment reads one identical warm start.
 
 Reproducibility: a build is a pure function of the cache key's inputs *and* of how XLA:CPU orders its float sums,
 which follows the code of the forward/backward pass, the jax/jaxlib version and the number of CPU cores XLA sees
@@ -61,8 +63,10 @@ from agentjax.agents.prompts import build_messages, encode_prompt
 from agentjax.models import Qwen, load_hf, save_hf
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices
+from agentjax.train.compact import compact_rows
 from agentjax.train.config import LossConfig
 from agentjax.train.runconfig import RunConfig, WarmStart, config_hash
+from agentjax.train.tree_update import TREE_COMPACT_BUCKET
 from agentjax.train.update import forward_rows
 
 log = logging.getLogger(__name__)
@@ -131,9 +135,9 @@ def _pack(rows: Sequence[Demo], lp: int, lr: int, max_allowed: int) -> StepBatch
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "tx", "loss"), donate_argnums=(1, 2))
-def _sft_step(graphdef, params, opt_state, batch: StepBatch, *, tx, loss: LossConfig):
+def _sft_step(graphdef, params, opt_state, batch: StepBatch, prefix_p=None, *, tx, loss: LossConfig):
     def nll(p):
-        logp, _, _ = forward_rows(graphdef, p, batch, loss=loss, with_entropy=False)
+        logp, _, _ = forward_rows(graphdef, p, batch, loss=loss, with_entropy=False, prefix_p=prefix_p)
         mask = batch.response_mask.astype(jnp.float32)
         return -jnp.sum(logp * mask) / jnp.maximum(mask.sum(), 1.0)
 
@@ -143,9 +147,11 @@ def _sft_step(graphdef, params, opt_state, batch: StepBatch, *, tx, loss: LossCo
 
 
 def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: int, loss: LossConfig, *,
-               max_allowed: int = 16, every: int = 0, callback: Callable[[int, Qwen], None] | None = None
-               ) -> list[float]:
+               max_allowed: int = 16, every: int = 0, callback: Callable[[int, Qwen], None] | None = None,
+               compact_bucket: int | None = None) -> list[float]:
     """``ws.steps`` AdamW steps of response NLL on ``rows``, in place on ``model``; returns the loss per step.
+    With ``compact_bucket`` each batch is compacted first (:func:`agentjax.train.compact.compact_rows`: the same NLL
+    up to float rounding on fewer prompt slots; a tree run's node prompts vary in length).
     With ``every`` > 0, ``callback(step, model)`` runs after every ``every``-th step and the last (``model`` holds
     that step's weights), e.g. a held-out probe (``experiments/crbc/warmstart_curve.py``)."""
     if not rows:
@@ -158,7 +164,10 @@ def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: in
     for _ in range(ws.steps):
         pick = rng.integers(0, len(rows), ws.batch_size)
         batch = _pack([rows[i] for i in pick], lp, lr, max_allowed)
-        params, opt_state, value = _sft_step(graphdef, params, opt_state, batch, tx=tx, loss=loss)
+        prefix_p = None
+        if compact_bucket is not None:
+            batch, prefix_p = compact_rows(batch, compact_bucket)
+        params, opt_state, value = _sft_step(graphdef, params, opt_state, batch, prefix_p, tx=tx, loss=loss)
         losses.append(float(value))
         if callback is not None and every > 0 and (len(losses) % every == 0 or len(losses) == ws.steps):
             nnx.update(model, params)
@@ -179,11 +188,22 @@ def run_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
 def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
-    return config_hash(
-        {k: v for k, v in vars(ws).items() if k != "cache_dir"}, dataclasses.asdict(run.train.model), run.env,
-        run.env_kwargs,
-        [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
-         co.sampling.max_new_tokens, co.sampling.stop_token_ids], run.tokenizer)
+    parts = [{k: v for k, v in vars(ws).items() if k != "cache_dir"}, dataclasses.asdict(run.train.model), run.env,
+             run.env_kwargs,
+             [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
+              co.sampling.max_new_tokens, co.sampling.stop_token_ids], run.tokenizer]
+    if run.tree is not None:  # planner trees: the tree settings and the collector settings they are grown with
+        parts.append([dataclasses.asdict(run.tree), co.truncation, co.max_allowed])
+    return config_hash(*parts)
+
+
+def _demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
+    """The oracle's episodes (flat runs) or the planner's trees (tree runs, :mod:`agentjax.train.tree_warmstart`)."""
+    if run.tree is None:
+        return run_demonstrations(run, tokenizer)
+    from agentjax.train.tree_warmstart import tree_demonstrations
+
+    return tree_demonstrations(run, tokenizer)
 
 
 def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
@@ -199,11 +219,12 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     arch = run.train.model.arch
     ckpt = run.train.model.checkpoint
     model = load_hf(ckpt, config=arch) if ckpt else Qwen(arch, rngs=nnx.Rngs(ws.seed))
-    rows = run_demonstrations(run, tokenizer)
+    rows = _demonstrations(run, tokenizer)
     episodes = min(ws.episodes, len(run.spec.tasks(run.spec.train_split)))
     ro = run.train.rollout
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
-    losses = supervised(model, rows, ws, ro.prompt_len, ro.response_len, loss, max_allowed=run.collect.max_allowed)
+    losses = supervised(model, rows, ws, ro.prompt_len, ro.response_len, loss, max_allowed=run.collect.max_allowed,
+                        compact_bucket=TREE_COMPACT_BUCKET if run.tree is not None else None)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
     try:
@@ -258,6 +279,8 @@ def _record_agreement(folder: str, run: RunConfig, tokenizer: Any) -> None:
     path = os.path.join(folder, "warmstart.json")
     with open(path) as f:
         record = json.load(f)
+    if "agreement" not in record and run.tree is not None:
+        return  # the probe scores flat episodes; a tree run's warm start reports its NLL only
     if "agreement" not in record:
         from agentjax.train.probe import oracle_agreement
 

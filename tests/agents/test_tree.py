@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from agentjax.agents.grammar import Delegation, Reply, parse_textcraft
-from agentjax.agents.textcraft_tree import PlannedNode, TextCraftTreeWorld, node_path, planner_tree
+from agentjax.agents.textcraft_tree import PlannedNode, TextCraftTreeConfig, TextCraftTreeWorld, node_path, planner_tree
 from agentjax.agents.tree import NO_PARENT, Goal, NodeTurn, Status, Tree, TreeLimits, render_tree
 from agentjax.credit import sera
 from envs.base import Task
@@ -212,3 +212,36 @@ def test_world_prompts_and_admissible_replies(synth):
     root.depth = 3  # at the depth limit nothing is delegated
     assert "delegate" not in {parse_textcraft(r).kind for r in world.admissible(tree, root)}
     assert world.child_goal(root, parse_textcraft("<python>launch_subagent({'nope': 1})").delegations[0])[0] is None
+
+
+def test_planner_replies_are_admissible_on_the_plan_only(synth):
+    """``planner_replies``: the planner tree's reply at the node's path and turn is one of the admissible replies
+    while the tree follows the plan (the warm start imitates it under the constraint); off the plan it is not."""
+    book, by = synth
+    task = by["medium"][0]
+    plan = planner_tree(task, book=book, limits=TreeLimits())
+    world = TextCraftTreeWorld(task, config=TextCraftTreeConfig(planner_replies=True))
+    tree = Tree(task, 0, 0, 0, TreeLimits())
+    root = tree.add_root(world.root_goal())
+    root.intro = world.begin(root)
+    assert plan.replies[0] in world.admissible(tree, root) and world.planned_reply(tree, root) == plan.replies[0]
+    assert set(world.admissible(tree, root)) == set(TextCraftTreeWorld(task).admissible(tree, root)) | {
+        plan.replies[0]}  # off by default: the rest is the same
+    child = tree.spawn(root, [Goal("another goal", {"nope": 1})], [5])[0]  # not the planned child's targets
+    assert world.planned_reply(tree, child) is None
+    starved = Task(task.env, "starved", "test", meta={**task.meta, "initial_inventory": {}})
+    starved_world = TextCraftTreeWorld(starved, config=TextCraftTreeConfig(planner_replies=True))
+    assert starved_world.planned_reply(Tree(starved, 0, 0, 0, TreeLimits()), root) is None  # no plan
+
+
+def test_a_tree_saved_as_json_renders_the_same():
+    import json
+
+    from agentjax.agents.tree_io import tree_from_dict, tree_to_dict
+
+    tree = small_tree()
+    tree.nodes[1].label, tree.nodes[2].label, tree.root_success = 1.0, 0.0, True
+    tree.nodes[2].status, tree.nodes[2].finish_message = Status.FINISHED, "made z"
+    back = tree_from_dict(json.loads(json.dumps(tree_to_dict(tree))))
+    assert render_tree(back) == render_tree(tree) and tree_to_dict(back) == tree_to_dict(tree)
+    np.testing.assert_array_equal(back.arrays(8)["parent"], tree.arrays(8)["parent"])

@@ -26,7 +26,7 @@ from agentjax.train import (
 
 
 def test_method_defaults_are_the_papers():
-    assert sorted(CREDIT_METHODS) == ["crbc", "gigpo", "graphgpo", "grpo", "hgpo", "ppo", "rloo"]
+    assert sorted(CREDIT_METHODS) == ["crbc", "gigpo", "graphgpo", "grpo", "hgpo", "ppo", "rao", "rloo"]
     assert CRBCCredit() == CRBCCredit(beta=0.98, depth=None, w_traj=1.0, w_step=5.0, sigma_min=0.1)
     assert (GiGPOCredit().gamma, GiGPOCredit().step_weight, GiGPOCredit().mode) == (0.95, 1.0, "mean_std_norm")
     assert (HGPOCredit().history, HGPOCredit().alpha) == (2, 1.0)

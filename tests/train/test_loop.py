@@ -214,3 +214,20 @@ def test_eval_command_evaluates_the_newest_checkpoint(uninterrupted, tmp_path, c
     assert json.load(open(tmp_path / "run" / "eval_2.json")) == result
     again = loop.evaluate_checkpoint(str(tmp_path / "run"), tasks=2, seeds=2)  # same key: same episodes
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in result.items() if k != "seconds"}
+
+
+def test_eval_env_kwargs_get_a_pool_of_their_own(tmp_path):
+    """Evaluation runs the env with ``eval_env_kwargs`` (default: ``env_kwargs``, one shared pool)."""
+    run = small_run(tmp_path, env_kwargs={"max_steps": 2})
+    pool = loop.make_pool(run)
+    try:
+        assert loop.make_eval_pool(run, pool) is pool and pool.envs[0].max_steps == 2
+        other = run.replace(eval_env_kwargs={"max_steps": 7})
+        eval_pool = loop.make_eval_pool(other, pool)
+        assert eval_pool is not pool and len(eval_pool.envs) == other.eval_slots
+        assert {e.max_steps for e in eval_pool.envs} == {7} and other.eval_kwargs == {"max_steps": 7}
+        eval_pool.close()
+    finally:
+        pool.close()
+    with pytest.raises(ValueError, match="eval_env_kwargs=.* do not fit SokobanEnv"):
+        run.replace(eval_env_kwargs={"room_size": 7}).check()

@@ -1,0 +1,82 @@
+"""The tree methods' presets: the paper's setting (SERA's released configs: Qwen3-4B-Instruct-2507, 8 roots × 8 trees,
+20 turns a node, depth ≤ 3, CISPO, Adam 3e-6 (0.9, 0.95), decay 0.017) and the tiny CPU preset; one RAO update of the
+whole tree trainer on the paper preset, sharded on 8 fake CPU devices (tests/conftest.py) with a shrunken model.
+
+The sharded run is the file's cost: ~1-2 min of CPU on the shared 2-core machine (the sampler, the credit and the
+sharded update compile once each), so it is marked ``slow``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import agentjax.train.tree_loop
+from agentjax.train.config import ModelConfig, RAOCredit
+from agentjax.train.loop import train
+from agentjax.train.presets import paper_tree, tiny_tree, tiny_tree_arch
+
+SHRUNK = tiny_tree_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8)  # 4 heads, 2 kv heads
+
+
+@pytest.mark.parametrize("env, steps, lens, filtered", [("textcraft_synth", 250, (9600, 512), True),
+                                                        ("textworld_sync", 400, (10240, 3072), False)])
+def test_paper_preset_mirrors_the_released_configs(env, steps, lens, filtered):
+    run = paper_tree("rao", env)
+    ro, cfg, opt = run.train.rollout, run.train, run.train.optimizer
+    assert (ro.num_groups, ro.group_size, ro.max_steps) == (8, 8, 20) and run.updates == steps
+    assert (run.tree.max_depth, run.tree.max_children, run.tree.history_length) == (3, 8, None)
+    assert (ro.prompt_len, ro.response_len) == lens and ro.rows == 8 * 8 * 64 * 20
+    assert cfg.model.arch.name == "qwen3-4b" and cfg.model.arch.qk_norm and run.require_pretrained
+    assert cfg.credit == RAOCredit(filter_zero_variance=filtered) and cfg.credit.stages == (1, 0, 0)
+    assert (cfg.credit.clip_low, cfg.credit.clip_high, cfg.loss.kl_coef, cfg.loss.entropy_coef) == (0.0, 5.0, 0, 0)
+    assert (opt.learning_rate, opt.b1, opt.b2, opt.eps, opt.weight_decay, opt.max_grad_norm, opt.warmup_steps) == (
+        3e-6, 0.9, 0.95, 1e-8, 0.017, 1.0, 0)
+    assert cfg.mini_batches == cfg.epochs == 1 and run.collect.sampling.temperature == 1.0
+    assert not run.collect.constrained and run.mesh == (8, 1) and run.workers == 0
+    assert paper_tree("rao", env, stages=(12, 4, 0)).train.credit.stages == (12, 4, 0)  # RAO + D
+    if env == "textworld_sync":
+        assert run.env_kwargs["budget"] == 100 and run.eval_kwargs["budget"] is None
+
+
+def test_tiny_preset_fits_the_cpu():
+    run = tiny_tree()
+    ro = run.train.rollout
+    assert run.train.model.arch.family == "qwen3" and run.train.model.arch.vocab_size == 151_936
+    assert (ro.num_groups, ro.group_size, ro.max_steps, run.tree.max_depth) == (2, 4, 8, 2)
+    assert run.collect.constrained and run.collect.masked_logp and run.env_kwargs["planner_replies"]
+    assert run.warm_start is not None and run.tree.history_length == 2
+    run.check()
+
+
+@pytest.mark.slow
+def test_paper_preset_runs_one_rao_update_on_8_fake_devices(tmp_path, monkeypatch):
+    """One batch of the whole tree trainer on the paper preset's (8, 1) mesh: 1 root task × 2 trees of 3 turns a
+    node. The random policy's replies are invalid, so every advantage would be 0: the test gives the sampled rows
+    advantage 1 to run the sharded CISPO step on a real gradient."""
+    assert jax.device_count() == 8, "tests/conftest.py fakes 8 CPU devices"
+    run = paper_tree("rao", "textcraft_synth")
+    run = run.replace(train=run.train.replace(model=ModelConfig(SHRUNK), credit=RAOCredit(filter_zero_variance=False)),
+                      require_pretrained=False)
+    run = run.with_sizes(num_groups=1, group_size=2, max_steps=3, prompt_len=1024, response_len=32, capacity=64)
+    sampling = dataclasses.replace(run.collect.sampling, prompt_bucket=1024)  # one prompt shape: one compile
+    run = run.replace(updates=1, eval_every=0, checkpoint_every=1, progress=False, out_dir=str(tmp_path),
+                      collect=run.collect.replace(batch_bucket=8, sampling=sampling))
+    row_credit = agentjax.train.tree_loop.row_credit
+
+    def credited(*args, **kwargs):
+        c = row_credit(*args, **kwargs)
+        return c.replace(advantage=jnp.where(c.sample, 1.0, 0.0))
+
+    monkeypatch.setattr(agentjax.train.tree_loop, "row_credit", credited)
+    summary = train(run)
+    last = summary["last"]
+    assert summary["optimizer_steps"] == 1 and last["train/skipped"] == 0 and last["tree/rows"] == 6
+    assert all(map(math.isfinite, (last["train/loss"], last["train/grad_norm"]))) and last["train/grad_norm"] > 0
+    assert {len(x.sharding.device_set) for x in jax.tree.leaves(summary["params"])} == {8}
+    config = json.load(open(tmp_path / "run_config.json"))
+    assert config["mesh"] == [8, 1] and config["train"]["credit"]["method"] == "rao"

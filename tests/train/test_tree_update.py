@@ -1,0 +1,124 @@
+"""The tree update (CISPO, one optimizer step a batch) on the hand-built TreeBatch with a tiny Qwen3: under RAO's
+execution stage only execution-role tokens are trained (its gradient is the execution-only CISPO reference, and
+delegation tokens add nothing), the stage schedule advances on an applied step, a NaN step is skipped (parameters and
+schedule step unchanged), a batch without signal is skipped without an update."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from agentjax.agents.grammar import Role
+from agentjax.models import Qwen
+from agentjax.train.config import LossConfig, ModelConfig, OptimizerConfig, RAOCredit, RolloutConfig, TrainConfig
+from agentjax.train.presets import tiny_tree_arch
+from agentjax.train.state import init_state, make_optimizer
+from agentjax.train.tree_credit import row_credit
+from agentjax.train.tree_update import make_tree_grad_fn, make_tree_update, skip_batch
+from agentjax.train.update import forward_rows
+from tests.train.conftest import leaves_equal
+from tests.train.tree_batches import hand_batch
+
+ARCH = tiny_tree_arch(vocab_size=1024, d_model=32, mlp_dim=64, num_layers=1, head_dim=8)
+CONFIG = TrainConfig(model=ModelConfig(ARCH),
+                     rollout=RolloutConfig(num_groups=2, group_size=3, max_steps=8, prompt_len=8, response_len=6,
+                                           capacity=32),
+                     credit=RAOCredit(), loss=LossConfig(kl_coef=0.0, entropy_coef=0.0, logprob_chunk=16,
+                                                        logprob_remat=False),
+                     optimizer=OptimizerConfig(learning_rate=1e-2, b2=0.95, weight_decay=0.017), micro_batch_size=8,
+                     compact_rows=False)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return Qwen(CONFIG.model.arch, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def trained(model):
+    """The execution stage's rows of the hand batch, with the model's own log-probs jittered as π_old."""
+    batch = hand_batch()
+    credit = row_credit(batch, CONFIG.credit, "execution")
+    steps = batch.steps
+    graphdef, params = nnx.split(model, nnx.Param)
+    logp, _, _ = jax.jit(lambda p, s: forward_rows(graphdef, p, s, loss=CONFIG.loss, with_entropy=False))(params, steps)
+    noise = jax.random.normal(jax.random.key(3), logp.shape) * 0.3
+    steps = steps.replace(behaviour_logp=jnp.where(steps.response_mask, logp + noise, 0.0))
+    return batch, steps, credit
+
+
+def reference_grads(model, steps, adv_b, mask_bl):
+    """CISPO by hand over ``mask_bl``: −Σ m sg(clip(ρ, 0, 5)) A log π / Σ m."""
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    def loss(p):
+        logp, _, _ = forward_rows(graphdef, p, steps.replace(response_mask=steps.response_mask), loss=CONFIG.loss,
+                                  with_entropy=False)
+        ratio = jnp.exp(jnp.where(mask_bl, logp - steps.behaviour_logp, 0.0))
+        w = jax.lax.stop_gradient(jnp.clip(ratio, 0.0, 5.0))
+        return -jnp.sum(jnp.where(mask_bl, w * adv_b[:, None] * logp, 0.0)) / mask_bl.sum()
+
+    return jax.jit(jax.grad(loss))(params)
+
+
+def close(a, b, tol=1e-5):
+    return all(np.allclose(np.asarray(x), np.asarray(y), atol=tol) for x, y in zip(jax.tree.leaves(a),
+                                                                                    jax.tree.leaves(b), strict=True))
+
+
+@pytest.fixture(scope="module")
+def tx():
+    return make_optimizer(CONFIG.optimizer)
+
+
+@pytest.fixture(scope="module")
+def grad_fn(model):
+    return make_tree_grad_fn(CONFIG, model)
+
+
+def test_execution_stage_trains_execution_tokens_only(model, trained, grad_fn):
+    batch, steps, credit = trained
+    delegation = np.asarray(batch.role_mask(Role.DELEGATION)) & np.asarray(credit.sample)[:, None]
+    assert credit.token_mask.any() and delegation.any()  # sampled rows hold delegation tokens: they must not train
+    grads, metrics = grad_fn(nnx.state(model, nnx.Param), steps.replace(row_mask=credit.sample,
+                                                                        response_mask=credit.token_mask),
+                             credit.advantage)
+    execution = credit.token_mask
+    want = reference_grads(model, steps, credit.advantage, execution)
+    assert close(grads, want)
+    # delegation tokens of the same rows, with the same advantages, would move the parameters: they are left out
+    with_delegation = steps.response_mask & credit.sample[:, None]
+    assert not close(grads, reference_grads(model, steps, credit.advantage, with_delegation), tol=1e-7)
+    assert np.isfinite(float(metrics["loss"])) and 0 < float(metrics["ratio_max"]) and 0 <= float(
+        metrics["clip_frac"]) <= 1
+
+
+def test_an_update_is_one_adam_step_advances_the_schedule_and_a_nan_step_is_skipped(model, trained, tx, grad_fn):
+    _, steps, credit = trained
+    state = init_state(CONFIG, model, jax.random.key(0), tx, schedule=True)
+    rows = steps.replace(row_mask=credit.sample, response_mask=credit.token_mask)
+    grads, _ = grad_fn(state.params, rows, credit.advantage)
+    updates, _ = tx.update({"policy": grads, "value_head": {}}, state.opt_state, state.trainable)
+    want = optax.apply_updates(state.trainable, updates)["policy"]
+    update = make_tree_update(CONFIG, model, tx)
+    state, metrics = update(state, rows, credit.advantage)
+    assert close(state.params, want)
+    assert int(state.step) == 1 and int(state.schedule.step) == 1 and int(state.schedule.skipped) == 0
+    assert float(metrics["skipped"]) == 0 and float(metrics["tokens"]) == float(credit.token_mask.sum())
+    assert float(metrics["lr"]) == pytest.approx(1e-2)
+    after = jax.tree.map(jnp.copy, state.params)
+    state, metrics = update(state, rows, jnp.where(credit.sample, jnp.nan, 0.0))
+    assert float(metrics["skipped"]) == 1 and leaves_equal(after, state.params)
+    counters = (state.step, state.schedule.step, state.schedule.skipped, state.nonfinite)
+    assert tuple(map(int, counters)) == (2, 1, 1, 1)
+    state = skip_batch(state)  # a batch that samples nothing: no step, the schedule stays
+    assert (int(state.step), int(state.schedule.step), int(state.schedule.skipped)) == (3, 1, 2)
+
+
+def test_a_flat_method_has_no_tree_update(model):
+    with pytest.raises(ValueError, match="trains RAO"):
+        make_tree_update(TrainConfig.tiny(), model, make_optimizer(OptimizerConfig()))
