@@ -198,9 +198,9 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
                          f"{len(train_tasks)}")
     eval_tasks = []
     if run.eval_every:
-        eval_tasks = spec.tasks(spec.eval_split)
+        eval_tasks = spec.tasks(run.evaluation_split)
         if run.eval_tasks > len(eval_tasks):
-            raise ValueError(f"RunConfig.eval_tasks={run.eval_tasks} but {run.env} {spec.eval_split} has "
+            raise ValueError(f"RunConfig.eval_tasks={run.eval_tasks} but {run.env} {run.evaluation_split} has "
                              f"{len(eval_tasks)} tasks")
         eval_tasks = eval_tasks[:run.eval_tasks]
     tokenizer = load_tokenizer(run.tokenizer)
@@ -430,7 +430,7 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     run = run.replace(**changes)
     run.check()
     spec = run.spec
-    eval_tasks = spec.tasks(spec.eval_split)[:run.eval_tasks]
+    eval_tasks = spec.tasks(run.evaluation_split)[:run.eval_tasks]
     tokenizer = load_tokenizer(run.tokenizer)
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run.replace(warm_start=None), tokenizer, mesh)  # structure only: the checkpoint has the weights
@@ -449,7 +449,7 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
                               eval_key(run.train.seed), task_indices=range(len(eval_tasks)))
         finally:
             pool.close()
-    result = {"step": restored.step, "env": run.env, "split": spec.eval_split, "tasks": len(eval_tasks),
+    result = {"step": restored.step, "env": run.env, "split": run.evaluation_split, "tasks": len(eval_tasks),
               "seeds": run.eval_seeds, "method": run.train.credit.method} | result
     with open(os.path.join(out_dir, f"eval_{restored.step}.json"), "w") as f:
         json.dump(result, f, indent=1)

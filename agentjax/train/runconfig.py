@@ -201,6 +201,7 @@ class RunConfig:
       eval_tasks: the first N tasks of the eval split are evaluated.
       eval_seeds: sampled rollouts per eval task (one per seed; success is averaged per seed, then mean ± std).
       eval_temperature: sampling temperature of evaluation (None: the collector's; 0: greedy, one seed).
+      eval_split: the split evaluation draws its first ``eval_tasks`` from (None: the env's ``eval_split``).
       checkpoint_every: save after every N-th update (and always after the last).
       keep_checkpoints: the newest N checkpoints are kept.
       out_dir: metrics.jsonl, tb/, checkpoints/, run_config.json.
@@ -224,6 +225,7 @@ class RunConfig:
     eval_tasks: int = 64
     eval_seeds: int = 3
     eval_temperature: float | None = None
+    eval_split: str | None = None
     checkpoint_every: int = 10
     keep_checkpoints: int = 3
     out_dir: str = "runs/default"
@@ -306,6 +308,11 @@ class RunConfig:
     @property
     def spec(self) -> EnvSpec:
         return ENVS[self.env]
+
+    @property
+    def evaluation_split(self) -> str:
+        """The split of the eval tasks: ``eval_split`` or the env's."""
+        return self.eval_split or self.spec.eval_split
 
     @property
     def eval_slots(self) -> int:

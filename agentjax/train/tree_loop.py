@@ -131,9 +131,9 @@ def setup_trees(run: RunConfig, *, resume: bool = False) -> TreeTrainer:
                          f"{len(train_tasks)}")
     eval_tasks = []
     if run.eval_every:
-        eval_tasks = spec.tasks(spec.eval_split)
+        eval_tasks = spec.tasks(run.evaluation_split)
         if run.eval_tasks > len(eval_tasks):
-            raise ValueError(f"RunConfig.eval_tasks={run.eval_tasks} but {run.env} {spec.eval_split} has "
+            raise ValueError(f"RunConfig.eval_tasks={run.eval_tasks} but {run.env} {run.evaluation_split} has "
                              f"{len(eval_tasks)} tasks")
         eval_tasks = eval_tasks[:run.eval_tasks]
     tokenizer = load_tokenizer(run.tokenizer)

@@ -392,11 +392,14 @@ class TextCraftEnv(_CraftEnv):
 class TextCraftSynthEnv(_CraftEnv):
     """TextCraft-Synth (SERA's benchmark, METHODS.md): ``$AGENTJAX_DATA/textcraft/textcraft_synth_recipes.json`` and
     ``textcraft_synth_{train,val}.jsonl.xz`` (2,522 / 632, difficulty in ``Task.meta``); ``train_medium`` is the
-    852 medium training tasks SERA trains on."""
+    852 medium training tasks SERA trains on, ``val_easy_medium`` the 360 easy and medium validation tasks (in file
+    order)."""
 
     name: ClassVar[str] = "textcraft_synth"
     default_max_steps: ClassVar[int] = 75
-    splits: ClassVar[tuple[str, ...]] = ("train", "val", "train_medium")
+    splits: ClassVar[tuple[str, ...]] = ("train", "val", "train_medium", "val_easy_medium")
+    _SUBSETS: ClassVar[dict[str, tuple[str, tuple[str, ...]]]] = {"train_medium": ("train", ("medium",)),
+                                                                  "val_easy_medium": ("val", ("easy", "medium"))}
 
     def __init__(self, *, recipes_path: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -406,9 +409,7 @@ class TextCraftSynthEnv(_CraftEnv):
     def tasks(cls, split: str) -> list[Task]:
         if split not in cls.splits:
             raise ValueError(f"{cls.name}: unknown split {split!r}; splits are {cls.splits}")
-        source = "train" if split == "train_medium" else split
+        source, kept = cls._SUBSETS.get(split, (split, None))
         path = data_root("textcraft") / f"textcraft_synth_{source}.jsonl.xz"
         tasks = list(_read_tasks(cls.name, source, str(path), cls.default_max_steps))
-        if split == "train_medium":
-            tasks = [t for t in tasks if t.meta["difficulty"] == "medium"]
-        return tasks
+        return tasks if kept is None else [t for t in tasks if t.meta["difficulty"] in kept]

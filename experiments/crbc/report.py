@@ -31,6 +31,8 @@ import numpy as np
 from agentjax.train.metrics import read_metrics
 
 BASELINE = "grpo"
+# A batch's training success in metrics.jsonl: a flat run's episodes, a tree run's roots (agentjax.train.tree_loop).
+TRAIN_SUCCESS = ("rollout/success_rate", "tree/root_success")
 THRESHOLD_METHOD = "graphgpo"
 
 
@@ -74,7 +76,8 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
     ``baselines``: each label's baseline (default: :data:`BASELINE` for every label)."""
     outcomes = {k: eval_outcomes(r.out_dir) for k, r in runs.items()}
     outcomes = {k: v for k, v in outcomes.items() if v}
-    train = {k: {x["step"]: x["rollout/success_rate"] for x in read_metrics(r.out_dir) if "rollout/success_rate" in x}
+    train = {k: {x["step"]: next(x[key] for key in TRAIN_SUCCESS if key in x) for x in read_metrics(r.out_dir)
+                 if any(key in x for key in TRAIN_SUCCESS)}
              for k, r in runs.items() if k in outcomes}
     labels = list(dict.fromkeys(label for label, _ in outcomes))
     table: dict[str, dict] = {}
@@ -107,6 +110,8 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
         for s in common:
             mine, base = outcomes[(label, s)], outcomes[(baseline, s)]
             u = min(max(mine), max(base))
+            if u not in mine or u not in base:  # step keys differ (a tree run counts batches): final vs final
+                mine, base = {u: mine[max(mine)]}, {u: base[max(base)]}
             if mine[u].shape == base[u].shape:
                 diffs.append(float((mine[u] - base[u]).mean()))
             tm, tb = train[(label, s)], train[(baseline, s)]

@@ -82,6 +82,9 @@ def test_manifests(val, synth_val):
     assert len(medium) == 852 and {t.meta["difficulty"] for t in medium} == {"medium"}
     counts = collections.Counter(t.meta["difficulty"] for t in synth_val)
     assert counts == {"easy": 147, "medium": 213, "hard": 136, "extreme": 136}
+    easy_medium = TextCraftSynthEnv.tasks("val_easy_medium")
+    kept = [t.task_id for t in synth_val if t.meta["difficulty"] in ("easy", "medium")]
+    assert [t.task_id for t in easy_medium] == kept
     for tasks in (val, synth_val):
         assert len({t.task_id for t in tasks}) == len(tasks)  # textcraft_val.jsonl repeats ids: we key by line
     assert val[0].task_id == "textcraft.val.0" and val[0].meta["source_id"] == "textcraft.train.2"

@@ -231,3 +231,19 @@ def test_eval_env_kwargs_get_a_pool_of_their_own(tmp_path):
         pool.close()
     with pytest.raises(ValueError, match="eval_env_kwargs=.* do not fit SokobanEnv"):
         run.replace(eval_env_kwargs={"room_size": 7}).check()
+
+
+def test_eval_split_chooses_the_eval_tasks(tmp_path):
+    """``eval_split`` evaluates on another split's first ``eval_tasks`` tasks (default: the env's eval split)."""
+    run = small_run(tmp_path, eval_tasks=3)
+    assert run.evaluation_split == run.spec.eval_split
+    other = run.replace(eval_split=run.spec.train_split)
+    assert run_from_dict(other.to_dict()) == other
+    t = loop.setup(other)
+    try:
+        assert [x.task_id for x in t.eval_tasks] == [x.task_id for x in run.spec.tasks(run.spec.train_split)[:3]]
+    finally:
+        t.checkpoints.close()
+        t.close_pools()
+    with pytest.raises(ValueError, match="split 'nope'"):
+        loop.setup(run.replace(eval_split="nope", out_dir=str(tmp_path / "other")))

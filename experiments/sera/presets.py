@@ -1,0 +1,102 @@
+"""Presets of the SERA experiments: RAO (recursive trees) vs flat single-agent GRPO on TextCraft-Synth, tiny.
+
+Both arms are built so that they differ in the agent and its credit only:
+
+- the same policy: the tiny tree preset's 2-layer Qwen3 with the real Qwen tokenizer
+  (:func:`agentjax.train.presets.tiny_tree_arch`), initialised with the same seed;
+- the same warm-start budget: 300 AdamW steps of 16 rows at 2e-3 on 128 demonstrations of the planner — RAO on the
+  planner's *trees* (:mod:`agentjax.train.tree_warmstart`: node-turn rows, children included), GRPO on the
+  planner's *flat* episodes (:mod:`agentjax.train.warmstart`); each arm's warm start is cached once and shared by
+  its seeds;
+- the same training budget: 10 optimizer steps, one per batch, of 2 root tasks × 4 rollouts (trees or flat
+  episodes) from TextCraft-Synth's ``train_medium`` split (SERA's), Adam with the released betas, decay and clipping
+  at the tiny learning rate 1e-3; constrained decoding over each world's admissible replies;
+- the same evaluation: the first :data:`EVAL_TASKS` easy and medium validation tasks
+  (``val_easy_medium``) × :data:`EVAL_SEEDS` sampled seeds at temperature 1, before the first update and after
+  every 5th, with common random numbers across eval points (a run's own key, :func:`agentjax.train.eval.eval_key`);
+  success is the root's success (the targets crafted and the root finished) or the flat episode's.
+
+The budgets differ where the agents do: a flat episode has up to :data:`FLAT_STEPS` actions; a tree's root has 8
+turns and may delegate to up to 15 children of 8 turns each (depth <= 2), so a tree may act more often than a flat
+episode (the report logs both arms' turns per episode). The credit is each method's own (RAO: per-node labels,
+leave-one-out over the 4 trees of a task, depth weights, CISPO; GRPO: the episode return normalised in its group,
+the clipped PPO surrogate with GRPO's KL term).
+
+:func:`smoke_run` is the pipeline in a few minutes (tiny warm start, 2 updates); :func:`sync_run` is the
+TextWorld-Sync tiny RAO run (several agents on one shared world).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from agentjax.train.config import ModelConfig
+from agentjax.train.presets import RELEASED_ADAM, preset, tiny_tree_arch
+from agentjax.train.runconfig import RunConfig, WarmStart
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+ENV = "textcraft_synth"
+METHODS = ("rao", "grpo")
+SEEDS = (0, 1, 2)
+EVAL_SPLIT = "val_easy_medium"
+EVAL_TASKS = 16
+EVAL_SEEDS = 2
+UPDATES = 10
+EVAL_EVERY = 5
+FLAT_STEPS = 40  # the flat agent's action budget (the tiny preset's TextCraft-Synth cap)
+FLAT_LENS = (3072, 64)  # prompt / reply tokens of a flat turn (oracle prompts: median 821, some > 2,048)
+WARM_START = WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-3)
+
+
+def _common(run: RunConfig, method: str, seed: int, results: str, updates: int | None) -> RunConfig:
+    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", method))
+    return run.replace(train=run.train.replace(seed=seed), eval_split=EVAL_SPLIT, eval_tasks=EVAL_TASKS,
+                       eval_seeds=EVAL_SEEDS, updates=updates or UPDATES, eval_every=EVAL_EVERY,
+                       checkpoint_every=EVAL_EVERY, progress=False, warm_start=warm,
+                       out_dir=os.path.join(results, "runs", "tiny", method, f"seed{seed}"))
+
+
+def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:
+    """The tiny TextCraft-Synth run of ``method`` (``rao`` or ``grpo``) and training seed ``seed`` (module
+    docstring); ``out_dir`` ``results/runs/tiny/<method>/seed<seed>``."""
+    if method == "rao":
+        return _common(preset("tiny", "rao", ENV), method, seed, results, updates)
+    if method != "grpo":
+        raise ValueError(f"the SERA tiny experiment compares {METHODS}, not {method!r}")
+    run = preset("tiny", "grpo", ENV)
+    tree = preset("tiny", "rao", ENV)
+    train = run.train.replace(model=ModelConfig(tiny_tree_arch()), optimizer=tree.train.optimizer, mini_batches=1,
+                              epochs=1)
+    assert all(getattr(train.optimizer, k) == v for k, v in RELEASED_ADAM.items())
+    sampling = dataclasses.replace(run.collect.sampling, prompt_bucket=512)
+    run = run.replace(train=train, collect=run.collect.replace(sampling=sampling))
+    ro = tree.train.rollout
+    run = run.with_sizes(num_groups=ro.num_groups, group_size=ro.group_size, max_steps=FLAT_STEPS,
+                         prompt_len=FLAT_LENS[0], response_len=FLAT_LENS[1])
+    return _common(run, method, seed, results, updates)
+
+
+def smoke_run(method: str, seed: int = 0, *, results: str = RESULTS) -> RunConfig:
+    """2 updates from an 8-demonstration warm start of 4 steps, eval on 2 tasks × 1 seed: the pipeline end to end."""
+    run = tiny_run(method, seed, results=results, updates=2)
+    return run.replace(eval_every=1, eval_tasks=2, eval_seeds=1, checkpoint_every=1,
+                       out_dir=os.path.join(results, "runs", "smoke", method, f"seed{seed}"),
+                       warm_start=WarmStart(episodes=8, steps=4, batch_size=8, learning_rate=2e-3,
+                                            cache_dir=os.path.join(results, "runs", "smoke", "warmstart", method)))
+
+
+def sync_run(seed: int = 0, *, results: str = RESULTS, updates: int = 4) -> RunConfig:
+    """TextWorld-Sync's tiny RAO run: the tiny tree preset (2 tasks × 4 trees, 20 turns a node, the released
+    training budget of 100 shared world steps a tree; evaluation with each task's own budget on 8 validation tasks ×
+    2 trees), ``updates`` optimizer steps, its own planner-tree warm start."""
+    run = preset("tiny", "rao", "textworld_sync")
+    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", "rao_sync"))
+    return run.replace(train=run.train.replace(seed=seed), updates=updates, eval_every=updates,
+                       checkpoint_every=updates, progress=False, warm_start=warm,
+                       out_dir=os.path.join(results, "runs", "sync", "rao", f"seed{seed}"))
+
+
+__all__ = ["ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run", "sync_run",
+           "tiny_run"]

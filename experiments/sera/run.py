@@ -1,0 +1,162 @@
+"""The SERA tiny experiments: RAO (recursive trees) vs flat GRPO on TextCraft-Synth, and a TextWorld-Sync RAO run.
+
+::
+
+    python experiments/sera/run.py                       # RAO and GRPO, seeds 0-2 (presets.py: what is matched)
+    python experiments/sera/run.py --methods rao --seeds 0
+    python experiments/sera/run.py --sync                 # TextWorld-Sync: tiny RAO run, seed 0 (shared world)
+    python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
+    python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
+
+The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``): ``results/tiny_results.md`` /
+``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
+difference to GRPO; :mod:`experiments.crbc.report`), ``results/tiny_shape.md`` (what the agents did per batch:
+turns, nodes, delegation, invalid replies, child label rate) and ``results/example_tree.txt``, one tree of the last
+RAO batch as text (``agentjax trees --run <run dir>`` prints any saved tree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from agentjax.train.metrics import read_metrics  # noqa: E402
+from agentjax.train.runconfig import RunConfig  # noqa: E402
+from experiments.crbc.report import write_report  # noqa: E402
+from experiments.crbc.run import compile_cache, run_all  # noqa: E402
+from experiments.sera.presets import (  # noqa: E402
+    EVAL_SPLIT,
+    METHODS,
+    RESULTS,
+    SEEDS,
+    smoke_run,
+    sync_run,
+    tiny_run,
+)
+
+Runs = dict[tuple[str, int], RunConfig]
+# Per-batch shape of what the agents did: (label, tree run's metric, flat run's metric).
+SHAPE = (("turns a batch", "tree/turns", "rollout/num_turns"), ("nodes a tree", "tree/nodes", None),
+         ("trees that delegate", "tree/delegating_trees", None), ("child label rate", "tree/child_success", None),
+         ("invalid replies", "tree/invalid", "rollout/invalid_rate"),
+         ("training success", "tree/root_success", "rollout/success_rate"))
+
+
+def shape_table(runs: Runs) -> str:
+    """Mean over batches and seeds of :data:`SHAPE` per method (± SE over seeds)."""
+    rows = ["| method | " + " | ".join(name for name, _, _ in SHAPE) + " |", "|---" * (len(SHAPE) + 1) + "|"]
+    for method in dict.fromkeys(m for m, _ in runs):
+        cells = []
+        for _, tree_key, flat_key in SHAPE:
+            per_seed = []
+            for (m, _), run in runs.items():
+                path = os.path.join(run.out_dir, "metrics.jsonl")
+                if m != method or not os.path.exists(path):
+                    continue
+                key = tree_key if run.tree is not None else flat_key
+                values = [x[key] for x in read_metrics(path) if key is not None and key in x]
+                if values:
+                    per_seed.append(float(np.mean(values)))
+            if not per_seed:
+                cells.append("—")
+            elif len(per_seed) == 1:
+                cells.append(f"{per_seed[0]:.3g}")
+            else:
+                cells.append(f"{np.mean(per_seed):.3g} ± {np.std(per_seed, ddof=1) / np.sqrt(len(per_seed)):.2g}")
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def example_tree(runs: Runs, path: str) -> str | None:
+    """The first tree of the last saved batch of the first RAO run that has one, as text, to ``path``."""
+    from agentjax.agents.tree import render_tree
+    from agentjax.train.tree_loop import load_trees
+
+    for (method, seed), run in runs.items():
+        if run.tree is None or not os.path.isdir(os.path.join(run.out_dir, "trees")):
+            continue
+        info, trees = load_trees(run.out_dir)
+        if not trees:
+            continue
+        text = (f"# {method} seed {seed}, batch {info.get('step')} (stage {info.get('stage')}); printed by "
+                f"`agentjax trees --run {os.path.relpath(run.out_dir, ROOT)} --tree 0`\n\n"
+                + render_tree(trees[0], max_chars=200) + "\n")
+        with open(path, "w") as f:
+            f.write(text)
+        return text
+    return None
+
+
+def report(runs: Runs, folder: str, name: str) -> dict:
+    some = runs.get(("rao", 0)) or next(iter(runs.values()))
+    ro = some.train.rollout
+    command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(name, "")
+    header = (f"# SERA tiny experiment: {'RAO vs flat GRPO' if name != 'sync' else 'RAO'} on {some.env}, "
+              f"{some.train.model.arch.name} with the Qwen tokenizer ({ro.num_groups} root tasks x {ro.group_size} "
+              f"rollouts a batch, {some.updates} optimizer steps; eval: first {some.eval_tasks} "
+              f"`{some.evaluation_split}` tasks x {some.eval_seeds} seeds = {some.eval_tasks * some.eval_seeds} "
+              "episodes, the same episodes and sampling streams at every eval point)\n\n"
+              "Mean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE; with one seed there is no "
+              f"SE. Made by `{command}`; what is matched between the arms: experiments/sera/presets.py.\n\n")
+    table = write_report(runs, folder, name, header, threshold_method="grpo")
+    shape = shape_table(runs)
+    with open(os.path.join(folder, f"{name}_shape.md"), "w") as f:
+        f.write(f"# What the agents did per batch ({name}; mean over batches, ± SE over seeds)\n\n" + shape)
+    print(shape)
+    tree = example_tree(runs, os.path.join(folder, "example_tree.txt" if name == "tiny" else f"{name}_tree.txt"))
+    if tree:
+        print(tree[:3000])
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--updates", type=int, help="override the preset's number of optimizer steps")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
+    parser.add_argument("--smoke", action="store_true", help="2 updates from a tiny warm start, seed 0")
+    parser.add_argument("--sync", action="store_true", help="the TextWorld-Sync tiny RAO run")
+    parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
+    args = parser.parse_args(argv)
+    compile_cache(args.results)
+    if args.smoke:
+        seeds = args.seeds if args.seeds != list(SEEDS) else [0]
+        runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods for s in seeds}
+        name, folder = "smoke", os.path.join(args.results, "runs", "smoke")
+    elif args.sync:
+        seeds = args.seeds if args.seeds != list(SEEDS) else [0]
+        runs = {("rao", s): sync_run(s, results=args.results, **({"updates": args.updates} if args.updates else {}))
+                for s in seeds}
+        name, folder = "sync", args.results
+    else:  # seed by seed: every method has its seed 0 before any seed 1
+        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds
+                for m in args.methods}
+        name, folder = "tiny", args.results
+    if args.dry_run:
+        for (m, s), run in runs.items():
+            print(f"{m} seed {s}: {run.updates} optimizer steps, eval {run.evaluation_split} -> {run.out_dir}")
+        return 0
+    if not args.report_only:
+        run_all(runs, args.jobs)
+    report(runs, folder, name)
+    print(json.dumps({f"{m}/seed{s}": r.out_dir for (m, s), r in runs.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["EVAL_SPLIT", "main", "report", "shape_table"]

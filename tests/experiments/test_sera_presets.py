@@ -1,0 +1,59 @@
+"""The SERA tiny experiment's presets: RAO and flat GRPO differ in the agent and its credit only (the same policy,
+optimizer, warm-start budget, batch of root tasks and evaluation), and the report reads tree and flat runs alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from agentjax.train.config import GRPOCredit, RAOCredit
+from experiments.crbc.report import summarise
+from experiments.sera.presets import EVAL_SPLIT, FLAT_STEPS, smoke_run, sync_run, tiny_run
+
+
+def test_the_arms_are_matched():
+    rao, grpo = tiny_run("rao", 1), tiny_run("grpo", 1)
+    assert isinstance(rao.train.credit, RAOCredit) and isinstance(grpo.train.credit, GRPOCredit)
+    assert rao.tree is not None and grpo.tree is None
+    assert rao.train.model == grpo.train.model and rao.train.model.arch.family == "qwen3"
+    assert rao.train.optimizer == grpo.train.optimizer and rao.train.seed == grpo.train.seed == 1
+    assert rao.train.mini_batches == grpo.train.mini_batches == 1 and grpo.train.epochs == 1
+    for field in ("updates", "eval_every", "eval_tasks", "eval_seeds", "eval_split", "env", "tokenizer"):
+        assert getattr(rao, field) == getattr(grpo, field), field
+    assert rao.evaluation_split == EVAL_SPLIT
+    for field in ("episodes", "steps", "batch_size", "learning_rate", "seed"):
+        assert getattr(rao.warm_start, field) == getattr(grpo.warm_start, field), field
+    assert rao.warm_start.cache_dir != grpo.warm_start.cache_dir  # planner trees vs flat planner episodes
+    a, b = rao.train.rollout, grpo.train.rollout
+    assert (a.num_groups, a.group_size) == (b.num_groups, b.group_size) and b.max_steps == FLAT_STEPS
+    assert rao.out_dir != grpo.out_dir and rao.out_dir.endswith(os.path.join("rao", "seed1"))
+    for run in (rao, grpo, smoke_run("rao"), smoke_run("grpo"), sync_run()):
+        run.check()
+    assert sync_run().env == "textworld_sync" and sync_run().eval_kwargs["budget"] is None
+
+
+def _write_run(out_dir, outcomes: dict[int, list], train_key: str):
+    os.makedirs(os.path.join(out_dir, "eval"), exist_ok=True)
+    for step, rows in outcomes.items():
+        with open(os.path.join(out_dir, "eval", f"{step}.json"), "w") as f:
+            json.dump({"outcomes": rows}, f)
+    with open(os.path.join(out_dir, "metrics.jsonl"), "w") as f:
+        for step in (1, 2, 3):
+            f.write(json.dumps({"step": step, train_key: 0.25 * step}) + "\n")
+
+
+def test_the_report_pairs_a_tree_run_with_a_flat_one(tmp_path):
+    """A tree run's eval files are keyed by batches drawn (a skipped batch adds one), a flat run's by updates: the
+    paired difference compares the two final evaluations, and each run's training success is read."""
+    tree, flat = tmp_path / "rao", tmp_path / "grpo"
+    _write_run(tree, {0: [[0, 0], [1, 0]], 3: [[1, 1], [1, 0]]}, "tree/root_success")
+    _write_run(flat, {0: [[0, 0], [1, 0]], 2: [[0, 1], [0, 0]]}, "rollout/success_rate")
+    runs = {("rao", 0): dataclasses.make_dataclass("R", ["out_dir"])(str(tree)),
+            ("grpo", 0): dataclasses.make_dataclass("R", ["out_dir"])(str(flat))}
+    table = summarise(runs)
+    assert table["rao"]["final"]["mean"] == 0.75 and table["grpo"]["final"]["mean"] == 0.25
+    assert table["rao"]["final_minus_base"]["mean"] == 0.5
+    assert np.isclose(table["rao"]["train_mean"]["mean"], 0.5) and np.isclose(table["grpo"]["train_mean"]["mean"], 0.5)
