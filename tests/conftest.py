@@ -11,11 +11,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # 8 fake CPU devices for the sharding tests (tests/parallel); unsharded code still runs on jax.devices()[0].
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-# The suite's cost is mostly XLA:CPU compiling tiny programs: LLVM without its optimisation passes compiles them
-# ~30% faster (tests/train/test_tree_update.py + tests/models/test_qwen.py: 198 s -> 140 s, the same results).
-# The HLO passes (fusion, layout) still run. AGENTJAX_TEST_XLA_OPT=1 keeps XLA's default level.
-if not os.environ.get("AGENTJAX_TEST_XLA_OPT") and "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 import jax  # noqa: E402
 

@@ -11,7 +11,7 @@ from agentjax.credit.segments import first_occurrence, nested_first_occurrence, 
 def test_nested_first_occurrence_is_the_smallest_index_with_equal_keys(seed):
     rng = np.random.default_rng(seed)
     for trial in range(20):
-        m = int(rng.integers(1, 50))
+        m = int(rng.choice([1, 2, 7, 31, 49]))  # few shapes: each new length compiles the eager ops again
         k0, k1, mask = rng.integers(-3, 4, m), rng.integers(0, 3, m), rng.random(m) < 0.8
         if trial % 5 == 0:
             k0[:] = 2**31 - 1  # int32 max is a legal key

@@ -48,6 +48,7 @@ def shrunk(run, **sizes):
     return run.with_sizes(**sizes)
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 def test_paper_preset_runs_one_update_of_the_loop_on_8_fake_devices(tmp_path):
     assert jax.device_count() == 8, "tests/conftest.py fakes 8 CPU devices"
     run = shrunk(paper("crbc", "sokoban", "7b"), num_groups=1, group_size=4, max_steps=2, response_len=16,
@@ -62,6 +63,7 @@ def test_paper_preset_runs_one_update_of_the_loop_on_8_fake_devices(tmp_path):
     assert json.load(open(tmp_path / "run_config.json"))["mesh"] == [4, 2]
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 @pytest.mark.parametrize("env, size", [("alfworld", "7b"), ("webshop", "1.5b")])
 def test_paper_presets_shard_and_update_on_8_fake_devices(env, size):
     run = shrunk(paper("crbc", env, size), num_groups=2, group_size=4, max_steps=2, prompt_len=32, response_len=16)

@@ -11,6 +11,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 POSITIVE = {  # stage -> keys that must be finite and > 0
@@ -32,6 +34,7 @@ def _positive(row: dict, keys: tuple[str, ...], where: str) -> None:
         assert isinstance(value, int | float) and math.isfinite(value) and value > 0, f"{where}.{key} = {value!r}"
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 def test_gpu_check_dry_run_writes_every_part(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable)
     proc = subprocess.run(["bash", str(ROOT / "experiments" / "bench" / "gpu_check.sh"), "--dry-run"], env=env,

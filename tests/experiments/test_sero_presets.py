@@ -61,6 +61,7 @@ def shrunk(run, **sizes):
     return run.with_sizes(**sizes)
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 def test_paper_preset_runs_one_update_with_sero_on_8_fake_devices(tmp_path, monkeypatch):
     """The whole loop for one update of HGPO+SERO on WebShop on the 7B preset's (4, 2) mesh: 1 group × 2 rollouts ×
     2 steps (replies of up to 64 tokens, so the oracle's search command fits). The oracle needs 3-6 steps to buy the

@@ -25,6 +25,8 @@ from envs.sokoban import ACTIONS, SokobanEnv, oracle_action, parse_room, render_
 from envs.sokoban.room import is_solved, step_room
 from experiments.crbc import credit_analysis as ca
 
+pytestmark = pytest.mark.slow  # the notebook end to end: `make test-slow` (README, "Tests")
+
 # A corridor room: the player must push the box two cells right onto the target (shortest solution: 2 moves).
 ROOM = "######\n#____#\n#PX_O#\n#____#\n######"
 TINY = ca.AnalysisConfig(epsilons=(0.3, 0.6), groups_per_epsilon=3, depths=(0, 1), value_depth=6,

@@ -284,6 +284,7 @@ _WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 def test_initialize_distributed_two_processes_from_env():
     """Two CPU processes with 2 devices each join through AGENTJAX_* variables; the mesh spans all 4 devices."""
     with socket.socket() as s:

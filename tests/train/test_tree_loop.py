@@ -85,6 +85,7 @@ def test_two_updates_write_metrics_trees_evaluations_and_checkpoints(uninterrupt
     assert "no train trees saved at step 99" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 @orbax_leftovers
 def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
     out, full = uninterrupted
@@ -130,6 +131,7 @@ def test_rao_plus_d_trains_delegation_tokens_on_its_decomposition_steps(uninterr
     assert info["stage"] == "decomposition" and any(len(t.nodes) > 1 for t in trees)
 
 
+@pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 def test_warm_start_on_planner_trees(tmp_path):
     from agentjax.models import load_tokenizer
     from agentjax.train.tree_warmstart import tree_demonstrations
