@@ -1,8 +1,9 @@
 """Supervised warm start: next-token NLL on oracle demonstrations, before RL, cached on disk.
 
 Demonstrations are built exactly as the collector would see them (:mod:`agentjax.rollout.collect`): each turn's
-prompt is ``encode_prompt(build_messages(template, obs, history, step, history_length))`` with the history of
-``(observation text, projected action)`` records, and the response is the string the constrained decoder emits
+prompt is the collector's :func:`~agentjax.rollout.collect.turn_prompt` (``encode_prompt(build_messages(template,
+obs, history, step, history_length))``, cut to its last ``max_prompt_tokens`` with ``truncation="left"``, else an
+error) with the history of ``(observation text, projected action)`` records, and the response is the string the constrained decoder emits
 for the oracle's action, ``collect.constrained_format.format(action=a)``, tokenised, followed by the first stop
 token (``<|im_end|>`` for Qwen). The oracle's action is matched to the admissible list case-insensitively, so the
 reply names the admissible spelling the constrained decoder can produce. A tree run (RAO) warm-starts on the
@@ -59,10 +60,9 @@ import optax
 from flax import nnx
 
 from agentjax.agents.compact import templates
-from agentjax.agents.prompts import build_messages, encode_prompt
 from agentjax.models import Qwen, load_hf, save_hf
 from agentjax.rollout.batch import NO_ID, StepBatch
-from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices, turn_prompt
 from agentjax.train.compact import compact_rows
 from agentjax.train.config import LossConfig
 from agentjax.train.runconfig import RunConfig, WarmStart, config_hash
@@ -85,10 +85,9 @@ def demonstrations(env: Any, tasks: Sequence[Any], tokenizer: Any, config: Colle
         template, projector = templates(config.prompt)[task.env], PROJECTORS[task.env]
         obs, history = env.reset(task), []
         for step in range(config.max_steps):
-            prompt = encode_prompt(tokenizer, build_messages(template, obs, history, step, config.history_length))
-            if len(prompt) > config.max_prompt_tokens:
-                raise ValueError(f"warm start: a demonstration prompt has {len(prompt)} tokens, more than "
-                                 f"max_prompt_tokens={config.max_prompt_tokens}")
+            # the collector's own prompt: a longer one is cut as it would be (truncation="left") or an error
+            prompt, _ = turn_prompt(tokenizer, template, obs, history, step, config,
+                                    f"the warm start's {task.task_id!r} at step {step}")
             action = env.oracle()
             if obs.admissible is not None:
                 match = [a for a in obs.admissible if a.lower() == action.lower()]

@@ -46,7 +46,7 @@ EVAL_SEEDS = 2
 UPDATES = 10
 EVAL_EVERY = 5
 FLAT_STEPS = 40  # the flat agent's action budget (the tiny preset's TextCraft-Synth cap)
-FLAT_LENS = (3072, 64)  # prompt / reply tokens of a flat turn (oracle prompts: median 821, some > 2,048)
+FLAT_LENS = (2048, 64)  # prompt / reply tokens of a flat turn (oracle prompts: median 821; longer ones cut on the left)
 WARM_START = WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-3)
 
 

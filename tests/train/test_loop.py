@@ -247,3 +247,23 @@ def test_eval_split_chooses_the_eval_tasks(tmp_path):
         t.close_pools()
     with pytest.raises(ValueError, match="split 'nope'"):
         loop.setup(run.replace(eval_split="nope", out_dir=str(tmp_path / "other")))
+
+
+def test_warm_start_prompts_are_cut_as_the_collector_cuts_them(tmp_path):
+    """A demonstration prompt longer than ``max_prompt_tokens`` keeps its last tokens (``truncation="left"``), the
+    same ids the collector's :func:`turn_prompt` gives the policy; with ``truncation="error"`` it is an error."""
+    from agentjax.models import load_tokenizer
+    from agentjax.train import warmstart
+    from envs.sokoban.env import SokobanEnv
+
+    tokenizer, tasks = load_tokenizer(), SokobanEnv.tasks("train")[:1]
+    collect = small_run(tmp_path).collect.replace(max_steps=3)
+    full = warmstart.demonstrations(SokobanEnv(), tasks, tokenizer, collect)
+    cap = min(len(p) for p, _, _ in full) - 5
+    cut = warmstart.demonstrations(SokobanEnv(), tasks, tokenizer, collect.replace(max_prompt_tokens=cap,
+                                                                                   truncation="left"))
+    assert [p[-cap:] for p, _, _ in full] == [p for p, _, _ in cut]
+    assert [r for _, r, _ in full] == [r for _, r, _ in cut]
+    with pytest.raises(ValueError, match="more than max_prompt_tokens"):
+        warmstart.demonstrations(SokobanEnv(), tasks, tokenizer, collect.replace(max_prompt_tokens=cap,
+                                                                                 truncation="error"))
