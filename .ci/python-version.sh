@@ -26,13 +26,14 @@ set -euo pipefail
 #                          form, which is what 3.12+ changes: hash(None) is a constant there), for time;
 #   tests/agents/test_tree.py, test_judge.py  the recursive runtime's model-backed tests, for CI time;
 #   tests/train/test_update.py  the update's compiles (~75 s of the subset), for CI time (tests/losses stay);
+#   tests/envs/test_textcraft.py, test_webshop.py, test_pool.py  pure-Python env code, for CI time;
 #   the slow ones          tests/parallel (4.4 min alone under load), the rest of tests/credit, the learning, loop,
 #                          notebook and ALFWorld / TextWorld-Sync tests.
 SUBSET=(
   tests/credit/test_trajectory.py tests/credit/test_sero.py tests/rollout/test_batch.py tests/losses
   tests/agents/test_prompts.py tests/agents/test_projection.py tests/agents/test_compact.py tests/agents/test_grammar.py
   tests/train/test_checkpoint.py tests/train/test_config.py tests/train/test_metrics.py
-  tests/envs/test_sokoban.py tests/envs/test_textcraft.py tests/envs/test_webshop.py tests/envs/test_pool.py
+  tests/envs/test_sokoban.py
   tests/test_cli.py tests/test_numerics.py
   tests/envs/test_textworld.py::test_generation_is_deterministic_and_locked
   tests/envs/test_textworld.py::test_the_json_checksum_ignores_the_order_of_the_excluded_names
