@@ -184,8 +184,24 @@ def _existing_steps(directory: str) -> list[str]:
     return [n for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
 
 
-def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
-    """Validate, then build the run (module docstring); the caller closes ``pool`` and ``checkpoints``."""
+@dataclasses.dataclass
+class Built:
+    """What the flat and the tree trainer build alike (:func:`build`)."""
+
+    tokenizer: Any
+    model: Qwen
+    tx: optax.GradientTransformation
+    state: TrainState
+    train_tasks: list
+    eval_tasks: list
+    checkpoints: Checkpointer
+    resumed_from: int | None
+
+
+def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Built:
+    """Validate, then build what every trainer holds: the task lists, the tokenizer, the model (random init, an HF
+    checkpoint or the cached warm start), the optimizer, the state (with the stage schedule's when ``schedule``) or
+    the newest checkpoint that restores; writes ``run_config.json``. The caller closes ``checkpoints``."""
     run.check()
     ckpt_dir = os.path.join(run.out_dir, CHECKPOINTS)
     if not resume and _existing_steps(ckpt_dir):
@@ -214,7 +230,7 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run, tokenizer, mesh)
     tx = optimizer(run.train.optimizer)
-    state = init_state(run.train, model, jax.random.key(run.train.seed), tx)
+    state = init_state(run.train, model, jax.random.key(run.train.seed), tx, schedule=schedule)
     checkpoints = Checkpointer(ckpt_dir, max_to_keep=run.keep_checkpoints)
     resumed_from = None
     if resume:
@@ -227,7 +243,15 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
             raise
         if restored is not None:
             state, resumed_from = restored.state, restored.step
-            log.info("resumed from %s (update %d)", restored.path, restored.step)
+            log.info("resumed from %s (step %d)", restored.path, restored.step)
+    return Built(tokenizer, model, tx, state, train_tasks, eval_tasks, checkpoints, resumed_from)
+
+
+def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
+    """Validate, then build the run (module docstring); the caller closes ``pool`` and ``checkpoints``."""
+    b = build(run, resume=resume)
+    tokenizer, model, tx, state, checkpoints = b.tokenizer, b.model, b.tx, b.state, b.checkpoints
+    train_tasks, eval_tasks, resumed_from = b.train_tasks, b.eval_tasks, b.resumed_from
     pool = make_pool(run)
     eval_pool = make_eval_pool(run, pool)
     sero = None

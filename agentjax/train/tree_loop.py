@@ -49,24 +49,15 @@ import numpy as np
 
 from agentjax.agents.tree import Tree
 from agentjax.agents.tree_io import tree_to_dict
-from agentjax.models import Qwen, Sampler, load_tokenizer
-from agentjax.parallel import make_mesh
+from agentjax.models import Qwen, Sampler
 from agentjax.rollout.tree_collect import TreeRollouts, run_trees, to_tree_batch, tree_stats
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.eval import eval_key
-from agentjax.train.loop import (
-    CHECKPOINTS,
-    RUN_CONFIG,
-    _check_resumable,
-    _existing_steps,
-    build_model,
-    optimizer,
-    task_stream,
-)
+from agentjax.train.loop import build, task_stream
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
 from agentjax.train.runconfig import RunConfig
 from agentjax.train.schedule import STAGES, StageSchedule, stage_name
-from agentjax.train.state import TrainState, init_state, next_key, sync_model
+from agentjax.train.state import TrainState, next_key, sync_model
 from agentjax.train.tree_credit import row_credit
 from agentjax.train.tree_update import make_tree_update, skip_batch
 from agentjax.train.tree_worlds import make_judge, world_factory
@@ -119,48 +110,9 @@ def setup_trees(run: RunConfig, *, resume: bool = False) -> TreeTrainer:
     """Validate, then build the tree run (module docstring); the caller closes ``checkpoints``."""
     if run.tree is None:
         raise ValueError(f"train_trees: --method {run.train.credit.method} is not a tree method (RunConfig.tree)")
-    run.check()
-    ckpt_dir = os.path.join(run.out_dir, CHECKPOINTS)
-    if not resume and _existing_steps(ckpt_dir):
-        raise FileExistsError(f"{ckpt_dir} already holds checkpoints; pass resume=True (--resume) to continue that run "
-                              "or choose another out_dir")
-    spec, ro = run.spec, run.train.rollout
-    train_tasks = spec.tasks(spec.train_split)
-    if ro.num_groups > len(train_tasks):
-        raise ValueError(f"{ro.num_groups} root tasks per batch need as many tasks; {run.env} {spec.train_split} has "
-                         f"{len(train_tasks)}")
-    eval_tasks = []
-    if run.eval_every:
-        eval_tasks = spec.tasks(run.evaluation_split)
-        if run.eval_tasks > len(eval_tasks):
-            raise ValueError(f"RunConfig.eval_tasks={run.eval_tasks} but {run.env} {run.evaluation_split} has "
-                             f"{len(eval_tasks)} tasks")
-        eval_tasks = eval_tasks[:run.eval_tasks]
-    tokenizer = load_tokenizer(run.tokenizer)
-    if len(tokenizer) > run.train.model.arch.vocab_size:
-        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, more than the model's vocabulary "
-                         f"({run.train.model.arch.vocab_size}); raise train.model.arch.vocab_size")
-    os.makedirs(run.out_dir, exist_ok=True)
-    with open(os.path.join(run.out_dir, RUN_CONFIG), "w") as f:
-        json.dump(run.to_dict(), f, indent=1)
-    mesh = make_mesh(*run.mesh) if run.mesh else None
-    model = build_model(run, tokenizer, mesh)
-    tx = optimizer(run.train.optimizer)
-    state = init_state(run.train, model, jax.random.key(run.train.seed), tx, schedule=True)
-    checkpoints = Checkpointer(ckpt_dir, max_to_keep=run.keep_checkpoints)
-    resumed_from = None
-    if resume:
-        try:
-            restored = checkpoints.restore_latest(state)
-            if restored is not None:
-                _check_resumable(run, restored.metadata.get("run", {}), restored.path)
-        except BaseException:
-            checkpoints.close()
-            raise
-        if restored is not None:
-            state, resumed_from = restored.state, restored.step
-            log.info("resumed from %s (batch %d, optimizer step %d)", restored.path, restored.step,
-                     int(state.schedule.step))
+    b = build(run, resume=resume, schedule=True)
+    tokenizer, model, tx, state = b.tokenizer, b.model, b.tx, b.state
+    train_tasks, eval_tasks, checkpoints, resumed_from = b.train_tasks, b.eval_tasks, b.checkpoints, b.resumed_from
     return TreeTrainer(run=run, tokenizer=tokenizer, model=model, sampler=Sampler(model, tokenizer), state=state,
                        update=make_tree_update(run.train, model, tx), schedule=stage_schedule(run),
                        train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,

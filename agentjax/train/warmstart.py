@@ -3,12 +3,12 @@
 Demonstrations are built exactly as the collector would see them (:mod:`agentjax.rollout.collect`): each turn's
 prompt is the collector's :func:`~agentjax.rollout.collect.turn_prompt` (``encode_prompt(build_messages(template,
 obs, history, step, history_length))``, cut to its last ``max_prompt_tokens`` with ``truncation="left"``, else an
-error) with the history of ``(observation text, projected action)`` records, and the response is the string the constrained decoder emits
-for the oracle's action, ``collect.constrained_format.format(action=a)``, tokenised, followed by the first stop
-token (``<|im_end|>`` for Qwen). The oracle's action is matched to the admissible list case-insensitively, so the
-reply names the admissible spelling the constrained decoder can produce. A tree run (RAO) warm-starts on the
-planner's trees instead (:mod:`agentjax.train.tree_warmstart`: node-turn rows with the tree collector's prompts),
-with the same objective, optimizer and cache.
+error) with the history of ``(observation text, projected action)`` records, and the response is the string the
+constrained decoder emits for the oracle's action, ``collect.constrained_format.format(action=a)``, tokenised,
+followed by the first stop token (``<|im_end|>`` for Qwen). The oracle's action is matched to the admissible list
+case-insensitively, so the reply names the admissible spelling the constrained decoder can produce. A tree run
+(RAO) warm-starts on the planner's trees instead (:mod:`agentjax.train.tree_warmstart`: node-turn rows with the
+tree collector's prompts), with the same objective, optimizer and cache.
 
 The objective is the mean NLL over the response tokens (the stop token included), computed with the update's
 own decoder pass (:func:`agentjax.train.update.forward_rows`: prompt + response in one segment, log-probs from
