@@ -43,6 +43,18 @@ from agentjax.agents.prompts import (
     render_history,
     task_description,
 )
+from agentjax.agents.rubric import (
+    Criterion,
+    Grade,
+    Rubric,
+    RubricError,
+    RubricRequest,
+    grade_reward,
+    grading_messages,
+    parse_grade,
+    parse_rubric,
+    rubric_messages,
+)
 from agentjax.agents.tree import Goal, Node, NodeTurn, Status, Tree, TreeLimits, TreeWorld, render_tree
 from agentjax.agents.tree_io import tree_from_dict, tree_to_dict
 
@@ -60,9 +72,11 @@ __all__ = [
     "TEXTWORLD_SYNC",
     "WEBSHOP",
     "Call",
+    "Criterion",
     "ChatTokenizer",
     "Delegation",
     "Goal",
+    "Grade",
     "HTTPJudge",
     "Judge",
     "JudgeRequest",
@@ -74,6 +88,9 @@ __all__ = [
     "Reason",
     "Reply",
     "Role",
+    "Rubric",
+    "RubricError",
+    "RubricRequest",
     "SamplerJudge",
     "Status",
     "Tree",
@@ -84,7 +101,11 @@ __all__ = [
     "build_messages",
     "build_prompt",
     "encode_prompt",
+    "grade_reward",
+    "grading_messages",
     "normalize",
+    "parse_grade",
+    "parse_rubric",
     "parse_textcraft",
     "parse_textworld",
     "project_action",
@@ -94,7 +115,8 @@ __all__ = [
     "render_admissible",
     "render_history",
     "render_tree",
+    "rubric_messages",
+    "task_description",
     "tree_from_dict",
     "tree_to_dict",
-    "task_description",
 ]

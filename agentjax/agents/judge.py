@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from agentjax.agents.prompts import encode_prompt
@@ -155,9 +155,9 @@ def judge_messages(request: JudgeRequest) -> list[dict[str, str]]:
     return [dict(role="system", content=JUDGE_SYSTEM), dict(role="user", content=user)]
 
 
-def parse_verdict(text: str) -> Verdict:
-    """The first top-level JSON object with a boolean ``success`` after the last ``</think>``; else a failed
-    verdict."""
+def json_objects(text: str) -> Iterator[dict[str, Any]]:
+    """The top-level JSON objects in ``text`` after its last ``</think>``, in order (markdown fences and prose
+    around them are skipped; an object nested in another is not yielded on its own)."""
     text = (text or "").rsplit("</think>", 1)[-1]
     decoder = json.JSONDecoder()
     start = text.find("{")
@@ -166,10 +166,18 @@ def parse_verdict(text: str) -> Verdict:
             value, end = decoder.raw_decode(text, start)
         except (ValueError, RecursionError):
             value, end = None, start + 1
-        if isinstance(value, dict) and isinstance(value.get("success"), bool):
+        if isinstance(value, dict):
+            yield value
+        start = text.find("{", end)
+
+
+def parse_verdict(text: str) -> Verdict:
+    """The first top-level JSON object with a boolean ``success`` after the last ``</think>``; else a failed
+    verdict."""
+    for value in json_objects(text):
+        if isinstance(value.get("success"), bool):
             reason = value.get("reason", "")
             return Verdict(value["success"], True, reason if isinstance(reason, str) else str(reason))
-        start = text.find("{", end)  # past a whole object: a nested "success" is not the answer
     return Verdict(False, False, "no JSON object with a boolean 'success'")
 
 
