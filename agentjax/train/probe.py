@@ -13,8 +13,10 @@ token count, as Sokoban's do).
 Reported: ``agreement`` (fraction of states where the choice is the oracle's action), ``chance`` (the mean of
 ``1 / #admissible``: what a policy that ignores the observation gets in expectation), ``oracle_prob`` (mean
 probability of the oracle's reply after normalising over the admissible replies), ``states`` and the standard
-error of the agreement (binomial, states treated as independent). The oracle's action is one optimal action;
-where several are optimal the agreement is a lower bound on "plays optimally".
+error of the agreement (binomial, states treated as independent). Prompts are the collector's own
+(:func:`~agentjax.rollout.collect.turn_prompt`: history, truncation). A probe of more than ``max_rows`` replies
+(TextCraft lists ~100 admissible crafts per state) scores a bounded sample (:func:`bounded_states`). The oracle's
+action is one optimal action; where several are optimal the agreement is a lower bound on "plays optimally".
 """
 
 from __future__ import annotations
@@ -29,9 +31,8 @@ import numpy as np
 from flax import nnx
 
 from agentjax.agents.compact import templates
-from agentjax.agents.prompts import build_messages, encode_prompt
 from agentjax.rollout.batch import NO_ID, StepBatch
-from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices, turn_prompt
 from agentjax.train.config import LossConfig
 from agentjax.train.update import forward_rows
 
@@ -47,7 +48,7 @@ def oracle_states(env: Any, tasks: Sequence[Any], tokenizer: Any, config: Collec
         for step in range(config.max_steps):
             if not obs.admissible:
                 raise ValueError(f"probe: {task.env} has no admissible-action list to score")
-            prompt = encode_prompt(tokenizer, build_messages(template, obs, history, step, config.history_length))
+            prompt, _ = turn_prompt(tokenizer, template, obs, history, step, config, f"task {task.task_id!r}")
             action = env.oracle()
             names = [a.lower() for a in obs.admissible]
             if action.lower() not in names:
@@ -68,10 +69,37 @@ def _reply_logp(graphdef, params, batch: StepBatch, *, loss: LossConfig) -> jax.
     return jnp.sum(jnp.where(batch.response_mask, logp, 0.0), -1)
 
 
+def bounded_states(states: list[tuple[list[int], list[str], int]], max_rows: int, max_candidates: int = 16,
+                   seed: int = 0) -> list[tuple[list[int], list[str], int]]:
+    """``states`` with at most about ``max_rows`` scored replies: unchanged when they fit; else every state keeps
+    the oracle's reply and ``max_candidates - 1`` others drawn without replacement (order kept), and states evenly
+    spaced over the list are kept until the rows fit."""
+    if sum(len(r) for _, r, _ in states) <= max_rows:
+        return states
+    rng = np.random.default_rng(seed)
+    out = []
+    for prompt, replies, oracle in states:
+        if len(replies) > max_candidates:
+            others = [i for i in range(len(replies)) if i != oracle]
+            keep = sorted([oracle, *rng.choice(others, max_candidates - 1, replace=False).tolist()])
+            replies, oracle = [replies[i] for i in keep], keep.index(oracle)
+        out.append((prompt, replies, oracle))
+    rows = sum(len(r) for _, r, _ in out)
+    if rows > max_rows:
+        count = max(1, int(len(out) * max_rows / rows))
+        out = [out[i] for i in np.linspace(0, len(out) - 1, count).round().astype(int)]
+    return out
+
+
 def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any], config: CollectConfig, *,
-                     batch_rows: int = 64) -> dict[str, float]:
-    """The probe of the module docstring over the oracle trajectories of ``tasks``."""
+                     batch_rows: int = 64, max_rows: int | None = None, max_candidates: int = 16
+                     ) -> dict[str, float]:
+    """The probe of the module docstring over the oracle trajectories of ``tasks``. With ``max_rows``, a large probe
+    is bounded by :func:`bounded_states` (fewer states, and at most ``max_candidates`` replies per state: chance
+    rises to match, and is reported)."""
     states = oracle_states(env, tasks, tokenizer, config)
+    if max_rows is not None:
+        states = bounded_states(states, max_rows, max_candidates)
     stops = config.sampling.stop_token_ids
     graphdef, params = nnx.split(model, nnx.Param)
     lp = max(len(p) for p, _, _ in states)
@@ -119,4 +147,4 @@ def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any],
             "states": float(len(a)), "tasks": float(len(tasks))}
 
 
-__all__ = ["oracle_agreement", "oracle_states"]
+__all__ = ["bounded_states", "oracle_agreement", "oracle_states"]

@@ -270,6 +270,7 @@ def weights_sha256(folder: str) -> str:
 
 
 AGREEMENT_TASKS = 64  # held-out tasks (the eval split's first ones) of the oracle-agreement probe
+AGREEMENT_ROWS = 4096  # replies it scores at most (a larger probe is subsampled: probe.bounded_states)
 
 
 def _record_agreement(folder: str, run: RunConfig, tokenizer: Any) -> None:
@@ -287,7 +288,8 @@ def _record_agreement(folder: str, run: RunConfig, tokenizer: Any) -> None:
         tasks = spec.tasks(spec.eval_split)[:AGREEMENT_TASKS]
         try:
             record["agreement"] = oracle_agreement(load_hf(folder, config=run.train.model.arch), tokenizer,
-                                                   spec.env_class()(**run.env_kwargs), tasks, run.collect)
+                                                   spec.env_class()(**run.env_kwargs), tasks, run.collect,
+                                                   max_rows=AGREEMENT_ROWS)
         except ValueError as e:  # an env without admissible lists (nothing to score) or without an oracle
             record["agreement"] = {"error": str(e)}
         tmp = path + ".tmp"
