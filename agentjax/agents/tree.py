@@ -25,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from agentjax.agents.grammar import Delegation, Reply, Role
+from agentjax.agents.rubric import Grade, Rubric, rubric_summary
 from envs.base import Task
 
 NO_PARENT = -1
@@ -96,6 +97,17 @@ class NodeTurn:
 
 
 @dataclasses.dataclass
+class PolicyCall:
+    """One call of the policy outside the nodes' own turns (SERA: a rubric written or a grade given for a child)."""
+
+    prompt_ids: np.ndarray  # [k] int32
+    response_ids: np.ndarray  # [n] int32, the stop token included
+    logp: np.ndarray  # [n] float32 behaviour log-probs (0 for a teacher's text)
+    text: str
+    error: str = ""  # why the answer was not usable ("" when it parsed)
+
+
+@dataclasses.dataclass
 class Node:
     """One agent of a tree."""
 
@@ -117,6 +129,11 @@ class Node:
     end_state: Any = None
     label: float | None = None  # child: the verifier / judge verdict (1 / 0; None: not judged or judge failed)
     judge_reason: str = ""
+    rubric: Rubric | None = None  # SERA: the rubric its parent wrote at the delegation (None: none or unparsable)
+    rubric_call: PolicyCall | None = None
+    grade: Grade | None = None  # SERA: the policy's grade of this child under its rubric
+    grade_call: PolicyCall | None = None
+    score: float | None = None  # SERA: the child's execution reward from its grade (None: not graded)
 
     @property
     def steps_left(self) -> int:
@@ -139,6 +156,7 @@ class Tree:
     nodes: list[Node] = dataclasses.field(default_factory=list)
     root_success: bool | None = None  # the verified environment outcome, once the root stopped
     events: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # launch events: (node id, its turn)
+    child_reward: Literal["label", "score"] = "label"  # a child's reward: RAO's verifier label, SERA's rubric score
 
     @property
     def root(self) -> Node:
@@ -204,17 +222,19 @@ class Tree:
         return [n for n in self.nodes if not n.children]
 
     def node_reward(self, node: Node) -> float | None:
-        """RAO's reward of a node: the root's environment outcome, a child's verifier / judge label."""
+        """A node's execution reward: the root's environment outcome; a child's verifier / judge label (RAO,
+        ``child_reward="label"``) or its rubric score (SERA, ``"score"``); None when it has none (not trained)."""
         if node.parent == NO_PARENT:
             return None if self.root_success is None else float(self.root_success)
-        return node.label
+        return node.label if self.child_reward == "label" else node.score
 
     def arrays(self, num_nodes: int, num_events: int | None = None) -> dict[str, np.ndarray]:
         """The tree as ``[Q]`` node arrays and ``[E]`` event arrays (Q = ``num_nodes``, E = ``num_events`` slots,
         default Q; padding past the real ones), the layout of :mod:`agentjax.credit.sera`:
 
-        ``parent`` (-1 at the root and padding), ``depth``, ``node_mask``, ``finished``, ``label`` (child: the
-        verdict, root: the outcome; 0 when unknown), ``label_mask`` (a verdict exists), ``launch_step`` (the parent's
+        ``parent`` (-1 at the root and padding), ``depth``, ``node_mask``, ``finished``, ``label`` (the node's reward,
+        :meth:`node_reward`: a child's verdict or rubric score, the root's outcome; 0 when unknown), ``label_mask``
+        (it exists), ``launch_step`` (the parent's
         turn, -1 at the root), ``turns`` (replies), ``delegated`` (launched children), ``event`` (the launch event
         that spawned the node, -1 at the root); ``event_node`` / ``event_step`` (the reply of each launch event:
         node and turn, -1 on padding). Events past ``E`` slots are left out only if they spawned nothing (they
@@ -309,11 +329,19 @@ def render_tree(tree: Tree, *, rewards: Mapping[int, float] | None = None, max_c
         pad = "    " * node.depth
         who = "root" if node.parent == NO_PARENT else f"delegated by [{node.parent}] at its turn {node.launch_step}"
         reward = rewards.get(node.id) if rewards is not None else tree.node_reward(node)
-        source = "env outcome" if node.parent == NO_PARENT else "verifier"
+        source = ("env outcome" if node.parent == NO_PARENT else "verifier" if tree.child_reward == "label"
+                  else "rubric score")
         shown = "none" if reward is None else f"{reward:g} ({source})" if rewards is None else f"{reward:g}"
         lines.append(f"{pad}[{node.id}] depth {node.depth}, {who}: {_clip(node.goal.text, max_chars)}")
         lines.append(f"{pad}  {node.status.value} after {len(node.turns)}/{node.budget} turns, reward {shown}"
                      + (f", finish message: {_clip(node.finish_message, max_chars)}" if node.finish_message else ""))
+        if node.rubric_call is not None or node.rubric is not None:
+            why = node.rubric_call.error if node.rubric_call is not None else ""
+            shown = rubric_summary(node.rubric, node.grade) if node.rubric else f"failed: {why}"
+            if node.grade_call is not None and node.grade_call.error:
+                shown += f" (grade failed: {node.grade_call.error})"
+            label = "none" if node.label is None else f"{node.label:g}"
+            lines.append(f"{pad}  rubric: {shown}; verifier label {label}")
         for turn in node.turns:
             kind = turn.reply.kind + ("" if turn.valid or turn.reply.kind == "invalid" else ", refused")
             launched = f" -> {', '.join(f'[{c}]' for c in turn.children)}" if turn.children else ""
@@ -332,6 +360,7 @@ __all__ = [
     "Goal",
     "Node",
     "NodeTurn",
+    "PolicyCall",
     "Role",
     "Status",
     "Tree",

@@ -56,12 +56,13 @@ from agentjax.agents.projection import INVALID_PENALTY
 from agentjax.agents.prompts import encode_prompt
 from agentjax.agents.tree import NO_PARENT, Node, NodeTurn, Status, Tree, TreeLimits, TreeWorld
 from agentjax.models.constrain import constrained_choices
-from agentjax.models.sampler import Finish, SampleOutput, SamplingParams, batch_padding
+from agentjax.models.sampler import SamplingParams, batch_padding
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.collect import CollectConfig, Policy, _constraint, _encode, _tokenizer_of
 from agentjax.rollout.ids import group_local_ids
 from agentjax.rollout.tree_batch import TreeArrays, TreeBatch
+from agentjax.rollout.tree_rubrics import RubricConfig, RubricCounters, grade_children, scripted_output, write_rubrics
 from envs.base import Task
 
 Teacher = Callable[..., str]  # teacher(tree, node) -> reply; teacher(tree, node, world) when teacher.with_world
@@ -136,10 +137,12 @@ class TreeRollouts:
     live_per_call: tuple[int, ...]  # live nodes of each turn (one policy call each, none with a teacher)
     padded_per_call: tuple[int, ...]
     judge_metrics: dict[str, float]
+    rubric_metrics: dict[str, float]  # SERA's rubric and grading calls (empty without rubrics)
     prompt_seconds: float
     generate_seconds: float
     env_seconds: float
     judge_seconds: float
+    rubric_seconds: float
     total_seconds: float
 
 
@@ -203,22 +206,6 @@ def token_roles(tokenizer: Any, response_ids: Sequence[int] | np.ndarray, text: 
 # ------------------------------------------------------------------------------------------------ the loop
 
 
-def _teacher_output(tokenizer: Any, texts: list[str], config: TreeCollectConfig) -> SampleOutput:
-    stop = config.sampling.stop_token_ids[0] if config.sampling.stop_token_ids else None
-    lr = config.max_response_tokens
-    tokens = np.zeros((len(texts), lr), np.int32)
-    length = np.zeros(len(texts), np.int32)
-    for i, text in enumerate(texts):
-        ids = list(tokenizer.encode(text, add_special_tokens=False)) + ([stop] if stop is not None else [])
-        if len(ids) > lr:
-            raise ValueError(f"collect_trees: a teacher reply needs {len(ids)} tokens, more than "
-                             f"sampling.max_new_tokens={lr}; raise it")
-        tokens[i, : len(ids)], length[i] = ids, len(ids)
-    zeros = np.zeros((len(texts), lr), np.float32)
-    return SampleOutput(tokens_bt=tokens, logp_bt=zeros, logp_unmasked_bt=zeros, length_b=length,
-                        finish_b=np.full(len(texts), int(Finish.STOP_TOKEN), np.int32), texts=list(texts))
-
-
 def _children_results(tree: Tree, parent: Node) -> str:
     lines = ["Subagent results:"]
     for c in parent.waiting_on:
@@ -241,6 +228,7 @@ def run_trees(
     *,
     teacher: Teacher | None = None,
     task_indices: Sequence[int] | None = None,
+    rubrics: RubricConfig | None = None,
 ) -> TreeRollouts:
     """The tree loop of :func:`collect_trees` (module docstring), returning host records.
 
@@ -254,6 +242,8 @@ def run_trees(
       key: PRNG key; turn ``t`` samples with ``fold_in(key, t)``.
       teacher: ``teacher(tree, node) -> reply`` instead of sampling.
       task_indices: the StepBatch ``task`` id of each task (default its position).
+      rubrics: SERA's rubric writing and grading (:mod:`agentjax.rollout.tree_rubrics`): children's rewards become
+        their rubric scores (``Tree.child_reward = "score"``); None: RAO's labels.
     """
     t_start = time.perf_counter()
     if not tasks:
@@ -266,7 +256,10 @@ def run_trees(
     vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
     stops = config.sampling.stop_token_ids
     flat = config.flat()
-    prompt_s = generate_s = env_s = judge_s = 0.0
+    stop_id = stops[0] if stops else None
+    prompt_s = generate_s = env_s = judge_s = rubric_s = 0.0
+    counters = RubricCounters()
+    scripted = rubrics is not None and (teacher is not None if rubrics.scripted is None else rubrics.scripted)
 
     t0 = time.perf_counter()
     trees: list[Tree] = []
@@ -274,6 +267,7 @@ def run_trees(
     for g, task in enumerate(tasks):
         for k in range(k_size):
             tree, world = Tree(task, g, k, task_index[g], limits), world_factory(task)
+            tree.child_reward = "label" if rubrics is None else "score"
             root = tree.add_root(world.root_goal())
             root.intro = world.begin(root)
             trees.append(tree)
@@ -291,14 +285,20 @@ def run_trees(
         else:
             requests.append((trees[t], node, worlds[t].judge_request(node)))
 
-    def judge_stopped() -> None:
-        nonlocal judge_s
+    def judge_stopped(turn: int) -> None:
+        nonlocal judge_s, rubric_s
         if requests:
             t0 = time.perf_counter()
             verdicts = judge([r for _, _, r in requests])
             for (_, node, _), v in zip(requests, verdicts, strict=True):
                 node.label, node.judge_reason = (float(v.success) if v.ok else None), v.reason
             judge_s += time.perf_counter() - t0
+            if rubrics is not None:  # after the labels: a teacher's grades follow them
+                t0 = time.perf_counter()
+                grade_children(policy, tokenizer, [(node, r) for _, node, r in requests], rubrics,
+                               jax.random.fold_in(key, 2 * config.max_turns + turn), counters,
+                               teacher=scripted)
+                rubric_s += time.perf_counter() - t0
             requests.clear()
 
     def ended(t: int) -> str:
@@ -371,13 +371,14 @@ def run_trees(
 
         # 3. replies, node by node
         t0 = time.perf_counter()
+        launched: list[tuple[TreeWorld, Tree, Node]] = []  # children of this turn, for their rubrics
         for i, (t, node) in enumerate(live):
             tree, world = trees[t], worlds[t]
             if teacher is not None and ended(t):  # nothing was sampled: a teacher is not asked once the world ended
                 continue
             if teacher is not None:
                 t1 = time.perf_counter()
-                sample, j = _teacher_output(tokenizer, [ask_teacher(t, node)], config), 0
+                sample, j = scripted_output(tokenizer, [ask_teacher(t, node)], config.max_response_tokens, stop_id), 0
                 generate_s += time.perf_counter() - t1
                 t0 += time.perf_counter() - t1  # the teacher's time counts as generation, not env
             else:
@@ -428,6 +429,7 @@ def run_trees(
                     children = tree.spawn(node, goals, budgets, event)
                     for child in children:
                         child.intro = world.begin(child)
+                        launched.append((world, tree, child))
                     record.children = tuple(c.id for c in children)
                     feedback.append(f"Launched {len(children)} subagent(s); you wait for their results.")
             if refused and node.status is Status.RUNNING and (status := status_text(t, node)):
@@ -435,6 +437,14 @@ def run_trees(
             record.feedback = "\n".join(feedback)
             if node.status is Status.RUNNING and node.steps_left <= 0:
                 stop(t, node, Status.EXHAUSTED)
+
+        env_s += time.perf_counter() - t0
+        if rubrics is not None and launched:  # SERA: every child's rubric, frozen before its first turn
+            t1 = time.perf_counter()
+            write_rubrics(policy, tokenizer, launched, rubrics, jax.random.fold_in(key, config.max_turns + turn),
+                          counters, teacher=scripted)
+            rubric_s += time.perf_counter() - t1
+        t0 = time.perf_counter()
 
         # 4. worlds that ended stop their trees; parents whose children all stopped (a parent out of turns stops in
         # turn, which may free its parent)
@@ -451,13 +461,13 @@ def run_trees(
                         stop(t, parent, Status.EXHAUSTED)
                         changed = True
         env_s += time.perf_counter() - t0
-        judge_stopped()
+        judge_stopped(turn)
 
     for t, tree in enumerate(trees):  # the turn cap: whatever still runs or waits is cut, deepest first
         for node in sorted(tree.nodes, key=lambda n: -n.depth):
             if not node.status.stopped:
                 stop(t, node, Status.CUT)
-    judge_stopped()
+    judge_stopped(config.max_turns)
     for tree in trees:  # row rewards
         for node in tree.nodes:
             for turn in node.turns:
@@ -467,8 +477,9 @@ def run_trees(
     metrics = dict(getattr(getattr(judge, "metrics", None), "as_dict", dict)())
     return TreeRollouts(trees=tuple(trees), num_groups=len(tasks), trees_per_task=k_size,
                         live_per_call=tuple(live_per_call), padded_per_call=tuple(padded_per_call),
-                        judge_metrics=metrics, prompt_seconds=prompt_s, generate_seconds=generate_s,
-                        env_seconds=env_s, judge_seconds=judge_s, total_seconds=time.perf_counter() - t_start)
+                        judge_metrics=metrics, rubric_metrics=counters.as_dict() if rubrics is not None else {},
+                        prompt_seconds=prompt_s, generate_seconds=generate_s, env_seconds=env_s,
+                        judge_seconds=judge_s, rubric_seconds=rubric_s, total_seconds=time.perf_counter() - t_start)
 
 
 # ------------------------------------------------------------------------------------------------ to arrays
@@ -568,11 +579,12 @@ def tree_stats(rollouts: TreeRollouts) -> dict[str, float]:
         "tree/rows_per_call": float(np.mean(rollouts.live_per_call)) if rollouts.live_per_call else 0.0,
         "time/prompt_s": rollouts.prompt_seconds, "time/generate_s": rollouts.generate_seconds,
         "time/env_s": rollouts.env_seconds, "time/judge_s": rollouts.judge_seconds,
+        "time/rubric_s": rollouts.rubric_seconds,
         "time/total_s": rollouts.total_seconds,
     }
     for d in range(max(n.depth for n in nodes) + 1):
         out[f"tree/nodes_depth{d}"] = float(sum(n.depth == d for n in nodes)) / len(trees)
-    return out | dict(rollouts.judge_metrics)
+    return out | dict(rollouts.judge_metrics) | dict(rollouts.rubric_metrics)
 
 
 def collect_trees(
@@ -585,10 +597,12 @@ def collect_trees(
     *,
     teacher: Teacher | None = None,
     task_indices: Sequence[int] | None = None,
+    rubrics: RubricConfig | None = None,
 ) -> tuple[TreeBatch, dict[str, float]]:
     """``K`` trees per task as a :class:`TreeBatch` and :func:`tree_stats` (arguments: :func:`run_trees`). Use
     :func:`run_trees` directly to keep the host records (texts, e.g. for :func:`~agentjax.agents.tree.render_tree`)."""
-    rollouts = run_trees(tasks, policy, world_factory, judge, config, key, teacher=teacher, task_indices=task_indices)
+    rollouts = run_trees(tasks, policy, world_factory, judge, config, key, teacher=teacher, task_indices=task_indices,
+                         rubrics=rubrics)
     return to_tree_batch(rollouts, config), tree_stats(rollouts)
 
 

@@ -1,0 +1,164 @@
+"""SERA's rubric writing and grading in the tree collector (agentjax/rollout/tree_rubrics.py) on TextCraft-Synth.
+
+Checked: with planner trees and reference rubrics every child gets a frozen rubric before its first turn, a grade
+consistent with its verifier label and a score that becomes its reward in the tree arrays (``child_reward="score"``),
+with counters and a printed rubric line; with a scripted policy writing the rubrics and grades, all rubrics of a turn
+are one batched generate call and all grades of a turn another, a rubric that does not parse leaves its child
+ungraded and out of the gradient (label_mask False), an inconsistent grade is a counted failure, the weighted reading
+gives gate · Σ w s, and an unfinished child scores 0 without a grading call.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from agentjax.agents.grammar import format_call
+from agentjax.agents.judge import ProgramJudge
+from agentjax.agents.rubric import reference_rubric
+from agentjax.agents.textcraft_tree import PlannerTeacher, TextCraftTreeWorld
+from agentjax.agents.tree import TreeLimits, render_tree
+from agentjax.models import SamplingParams, load_tokenizer
+from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.rollout.tree_collect import TreeCollectConfig, run_trees, to_tree_batch, tree_stats
+from agentjax.rollout.tree_rubrics import RubricConfig, scripted_output
+from envs.textcraft import TextCraftSynthEnv
+
+STOPS = (IM_END_ID, ENDOFTEXT_ID)
+TEACH = TreeCollectConfig(trees_per_task=2, max_prompt_tokens=8192, sampling=SamplingParams(
+    max_new_tokens=384, stop_token_ids=STOPS, prompt_bucket=256))
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return [t for t in TextCraftSynthEnv.tasks("val") if t.meta["difficulty"] == "medium"][:2]
+
+
+class ScriptedPolicy:
+    """Writes rubrics and grades from canned texts (node turns come from the planner teacher); records its calls."""
+
+    def __init__(self, tokenizer, grade: str):
+        self.tokenizer, self.grade, self.calls = tokenizer, grade, []
+
+    def generate(self, prompts, params, key, **kwargs):
+        texts = [self.tokenizer.decode(p) for p in prompts]
+        kind = "rubric" if "Write its rubric" in texts[0] else "grade"
+        assert all(("Write its rubric" in t) == (kind == "rubric") for t in texts)  # one kind per call
+        self.calls.append((kind, len(prompts), params.temperature))
+        if kind == "rubric":  # every second child's rubric does not parse
+            n = sum(c[1] for c in self.calls if c[0] == "rubric") - len(prompts)
+            answers = [reference_rubric("x").to_json() if (n + i) % 2 == 0 else "a rubric: {criteria: none}"
+                       for i in range(len(prompts))]
+        else:
+            answers = [self.grade] * len(prompts)
+        return scripted_output(self.tokenizer, answers, params.max_new_tokens, params.stop_token_ids[0])
+
+
+def test_reference_rubrics_grade_every_child_and_become_its_reward(tokenizer, tasks):
+    def generate(*args, **kwargs):
+        raise AssertionError("reference rubrics and grades sample nothing")
+
+    policy = types.SimpleNamespace(tokenizer=tokenizer, generate=generate)
+    rollouts = run_trees(tasks, policy, TextCraftTreeWorld, ProgramJudge(), TEACH, jax.random.key(0),
+                         teacher=PlannerTeacher(), rubrics=RubricConfig())
+    children = [n for t in rollouts.trees for n in t.nodes[1:]]
+    assert children and all(t.child_reward == "score" for t in rollouts.trees)
+    for child in children:
+        assert child.rubric is not None and child.rubric_call.error == "" and child.label == 1.0
+        assert child.grade.success and 0 < child.score <= 1 and child.score == child.grade.final_score
+        assert len(child.rubric_call.response_ids) > 10 and child.rubric_call.response_ids[-1] == IM_END_ID
+    stats = tree_stats(rollouts)
+    assert stats["rubric/requests"] == len(children) == stats["grade/requests"]
+    assert stats["rubric/calls"] == 0 and stats["rubric/failures"] == 0 and stats["grade/agreement"] == 1.0
+    tree = rollouts.trees[0]
+    arrays = tree.arrays(64)
+    for node in tree.nodes[1:]:  # the tree arrays carry the score as the child's reward
+        assert arrays["label"][node.id] == pytest.approx(node.score) and arrays["label_mask"][node.id]
+    text = render_tree(tree)
+    assert "rubric: completion 0.60=1.00" in text and "(rubric score)" in text and "verifier label 1" in text
+    batch = to_tree_batch(rollouts, TEACH)  # rubric calls are not rows of the node-turn batch
+    assert int(batch.steps.row_mask.sum()) == sum(len(n.turns) for t in rollouts.trees for n in t.nodes)
+
+
+def test_policy_rubrics_and_grades_are_batched_and_failures_leave_children_untrained(tokenizer, tasks):
+    grade = json.dumps({"success": True, "criterion_scores": [{"name": "completion", "score": 1.0},
+                                                              {"name": "report", "score": 0.5}],
+                        "final_score": 0.9})
+    policy = ScriptedPolicy(tokenizer, grade)
+    config = RubricConfig(scripted=False, reading="weighted")
+    rollouts = run_trees(tasks, policy, TextCraftTreeWorld, ProgramJudge(), TEACH, jax.random.key(0),
+                         teacher=PlannerTeacher(), rubrics=config)
+    children = [n for t in rollouts.trees for n in t.nodes[1:]]
+    rubric_calls = [c for c in policy.calls if c[0] == "rubric"]
+    grade_calls = [c for c in policy.calls if c[0] == "grade"]
+    launches = sum(bool(u.children) for t in rollouts.trees for n in t.nodes for u in n.turns)
+    # one rubric call per turn that launched children (in any tree), padded to the batch bucket: fewer calls than
+    # launches when trees launch in the same turn
+    assert all(c[1] % config.batch_bucket == 0 for c in policy.calls) and len(rubric_calls) < launches
+    assert len(children) <= sum(c[1] for c in rubric_calls) < len(children) + config.batch_bucket * len(rubric_calls)
+    assert all(c[2] == 1.0 for c in rubric_calls) and all(c[2] == 0.0 for c in grade_calls)
+    failed = [c for c in children if c.rubric is None]
+    graded = [c for c in children if c.rubric is not None]
+    assert failed and graded and all("criteria" in c.rubric_call.error for c in failed)
+    assert all(c.score is None and c.grade is None for c in failed)
+    for c in graded:  # weighted reading: completion 0.6 * 1 + report 0.2 * 0.5 (efficiency left out: 0)
+        assert c.score == pytest.approx(0.6 + 0.1)
+    stats = tree_stats(rollouts)
+    assert stats["rubric/failures"] == len(failed) and stats["grade/ungraded"] == len(failed)
+    assert stats["grade/requests"] == len(graded) and stats["rubric/calls"] == len(rubric_calls)
+    tree = next(t for t in rollouts.trees if any(n.rubric is None for n in t.nodes[1:]))
+    arrays = tree.arrays(64)
+    for node in tree.nodes[1:]:
+        assert arrays["label_mask"][node.id] == (node.rubric is not None)
+
+
+def test_inconsistent_grades_are_failures_and_unfinished_children_score_zero(tokenizer, tasks):
+    bad = json.dumps({"success": False, "final_score": 0.4})
+    policy = ScriptedPolicy(tokenizer, bad)
+    rollouts = run_trees(tasks[:1], policy, TextCraftTreeWorld, ProgramJudge(), TEACH.replace(trees_per_task=1),
+                         jax.random.key(0), teacher=PlannerTeacher(), rubrics=RubricConfig(scripted=False))
+    graded = [n for n in rollouts.trees[0].nodes[1:] if n.rubric is not None]
+    assert graded and all(n.score is None and "exactly 0" in n.grade_call.error for n in graded)
+    assert tree_stats(rollouts)["grade/failures"] == len(graded)
+
+    item = next(iter(tasks[0].meta["target_items"]))
+
+    def idle(tree, node):  # the root delegates, the children look at the inventory until their budget is spent
+        call = f"await {format_call('launch_subagent', {item: 1})}" if node.depth == 0 else "view_inventory()"
+        return f"<python>\n{call}\n</python>"
+
+    policy = ScriptedPolicy(tokenizer, bad)
+    cut = TEACH.replace(trees_per_task=1, limits=TreeLimits(max_steps=2, max_depth=1))
+    rollouts = run_trees(tasks[:1], policy, TextCraftTreeWorld, ProgramJudge(), cut, jax.random.key(0),
+                         teacher=idle, rubrics=RubricConfig(scripted=False))
+    unfinished = [n for n in rollouts.trees[0].nodes[1:] if n.rubric is not None and not n.finished]
+    assert unfinished and all(n.score == 0.0 and n.grade_call is None for n in unfinished)
+    assert not any(c[0] == "grade" for c in policy.calls)
+    assert np.isclose(tree_stats(rollouts)["grade/unfinished"], len(unfinished))
+
+
+def test_saved_trees_keep_rubrics_grades_and_scores(tokenizer, tasks):
+    from agentjax.agents.tree_io import tree_from_dict, tree_to_dict
+
+    grade = json.dumps({"success": True, "final_score": 0.9})
+    rollouts = run_trees(tasks[:1], ScriptedPolicy(tokenizer, grade), TextCraftTreeWorld, ProgramJudge(),
+                         TEACH.replace(trees_per_task=1), jax.random.key(0), teacher=PlannerTeacher(),
+                         rubrics=RubricConfig(scripted=False))
+    (tree,) = rollouts.trees
+    back = tree_from_dict(json.loads(json.dumps(tree_to_dict(tree))))
+    assert back.child_reward == "score"
+    for a, b in zip(tree.nodes, back.nodes, strict=True):
+        assert (a.rubric, a.grade, a.score) == (b.rubric, b.grade, b.score)
+        assert (a.rubric_call is None) == (b.rubric_call is None)
+        if a.rubric_call is not None:
+            assert (a.rubric_call.text, a.rubric_call.error) == (b.rubric_call.text, b.rubric_call.error)
+    assert render_tree(back) == render_tree(tree)
