@@ -275,15 +275,22 @@ def grading_messages(rubric: Rubric, request: JudgeRequest, *, max_context_chars
 # ------------------------------------------------------------------------------------------------ demonstrations
 
 
-def reference_rubric(child_goal: str, budget: int = 20) -> Rubric:
-    """A well-formed rubric for any subtask (warm-start demonstrations of the format)."""
+RUBRIC_WEIGHTS = ((0.6, 0.2, 0.2), (0.8, 0.1, 0.1), (0.4, 0.3, 0.3), (0.5, 0.5, 0.0))  # completion, report, efficiency
+GRADE_LEVELS = (0.25, 0.5, 0.75, 1.0)  # the final scores a constrained grader chooses from (and 0: failure)
+
+
+def reference_rubric(child_goal: str, budget: int = 20, weights: tuple[float, float, float] = RUBRIC_WEIGHTS[0]
+                     ) -> Rubric:
+    """A well-formed rubric for any subtask: completion, report and efficiency criteria with ``weights`` (warm-start
+    demonstrations of the format; :func:`rubric_choices`)."""
     goal = " ".join(child_goal.split())[:200]
+    w_done, w_report, w_fast = weights
     return Rubric(
-        (Criterion("completion", 0.6, f"the subtask is done: {goal}", "not done or only partly done",
+        (Criterion("completion", w_done, f"the subtask is done: {goal}", "not done or only partly done",
                    "done, as the final state shows"),
-         Criterion("report", 0.2, "the finish message tells the parent what was done, truthfully",
+         Criterion("report", w_report, "the finish message tells the parent what was done, truthfully",
                    "no finish message or a false one", "a correct and useful summary"),
-         Criterion("efficiency", 0.2, f"no wasted or invalid steps within the {budget} turns",
+         Criterion("efficiency", w_fast, f"no wasted or invalid steps within the {budget} turns",
                    "the budget spent on loops or invalid replies", "only the needed steps")),
         success_gate="the subtask is done and the sub-agent finished",
         failure_conditions=("the subtask is not done", "the sub-agent claims work it did not do"),
@@ -301,6 +308,25 @@ def reference_grade(rubric: Rubric, success: bool, *, finished: bool, steps: int
     scores = tuple(named.get(c.name, 1.0) for c in rubric.criteria)
     final = max(0.01, round(sum(w * s for w, s in zip(rubric.weights, scores, strict=True)), 2))
     return Grade(True, scores, final, "the subtask is done")
+
+
+def level_grade(rubric: Rubric, level: float) -> Grade:
+    """The grade of a constrained grader's choice: failure at level 0, else success with every criterion and the
+    final score at ``level``."""
+    if level <= 0:
+        return Grade(False, (0.0,) * len(rubric.criteria), 0.0, "the subtask is not done")
+    return Grade(True, (float(level),) * len(rubric.criteria), float(level), "the subtask is done")
+
+
+def rubric_choices(child_goal: str, budget: int = 20) -> list[str]:
+    """The rubrics a constrained writer chooses from (tiny policies): the reference rubric under each of
+    :data:`RUBRIC_WEIGHTS`, as text."""
+    return [reference_rubric(child_goal, budget, w).to_json() for w in RUBRIC_WEIGHTS]
+
+
+def grade_choices(rubric: Rubric) -> list[str]:
+    """The grades a constrained grader chooses from: failure, and success at each of :data:`GRADE_LEVELS`."""
+    return [format_grade(level_grade(rubric, level), rubric) for level in (0.0, *GRADE_LEVELS)]
 
 
 def format_grade(grade: Grade, rubric: Rubric) -> str:

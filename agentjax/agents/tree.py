@@ -105,6 +105,7 @@ class PolicyCall:
     logp: np.ndarray  # [n] float32 behaviour log-probs (0 for a teacher's text)
     text: str
     error: str = ""  # why the answer was not usable ("" when it parsed)
+    choices: tuple[str, ...] | None = None  # the answers constrained decoding allowed (None: unconstrained)
 
 
 @dataclasses.dataclass

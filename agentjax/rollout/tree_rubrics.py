@@ -20,8 +20,11 @@ METHODS.md "SERA" 2–3; :mod:`agentjax.agents.rubric` has the formats, prompts 
 
 With a teacher playing the nodes (warm-start data; or ``RubricConfig.scripted``) nothing is sampled: the rubric is
 :func:`~agentjax.agents.rubric.reference_rubric` and the grade :func:`~agentjax.agents.rubric.reference_grade` of
-the child's verifier label — demonstrations of the formats. :class:`RubricCounters` counts calls, requests, tokens,
-failures and the agreement of the policy's success flag with the verifier's label (``grade/agreement``, the
+the child's verifier label — demonstrations of the formats. With ``constrained`` (tiny policies, like their
+constrained node replies) the writer chooses among :func:`~agentjax.agents.rubric.rubric_choices` (the reference
+rubric under four weightings) and the grader among :func:`~agentjax.agents.rubric.grade_choices` (failure, or
+success at four levels); a teacher's grade is the nearest of them. :class:`RubricCounters` counts calls, requests,
+tokens, failures and the agreement of the policy's success flag with the verifier's label (``grade/agreement``, the
 calibration the rubric stage trains).
 """
 
@@ -37,6 +40,7 @@ import numpy as np
 from agentjax.agents.judge import JudgeRequest
 from agentjax.agents.prompts import encode_prompt
 from agentjax.agents.rubric import (
+    GRADE_LEVELS,
     MAX_CONTEXT_CHARS,
     MAX_CRITERIA,
     MIN_CRITERIA,
@@ -44,17 +48,21 @@ from agentjax.agents.rubric import (
     RubricError,
     RubricRequest,
     format_grade,
+    grade_choices,
     grade_reward,
     grading_messages,
+    level_grade,
     parse_grade,
     parse_rubric,
     reference_grade,
     reference_rubric,
+    rubric_choices,
     rubric_messages,
 )
 from agentjax.agents.tree import Node, PolicyCall, Tree, TreeWorld
 from agentjax.models.sampler import Finish, SampleOutput, SamplingParams, batch_padding
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.rollout.collect import CollectConfig, _constraint
 
 _STOPS = (IM_END_ID, ENDOFTEXT_ID)
 
@@ -74,6 +82,8 @@ class RubricConfig:
     max_context_chars: int = MAX_CONTEXT_CHARS
     require_finish: bool = True  # a child that did not finish scores 0 without a grading call
     batch_bucket: int = 8
+    constrained: bool = False  # choose among agents.rubric.rubric_choices / grade_choices (tiny policies)
+    max_trie_edges: int = 8192
     scripted: bool | None = None  # reference rubrics and grades instead of the policy's (None: when a teacher plays)
 
     def __post_init__(self):
@@ -132,22 +142,30 @@ def scripted_output(tokenizer: Any, texts: Sequence[str], max_new_tokens: int, s
 
 
 def _calls(policy: Any, tokenizer: Any, messages: list[list[dict[str, str]]], texts: list[str] | None,
-           params: SamplingParams, config: RubricConfig, key: jax.Array) -> list[PolicyCall]:
-    """One batched generate call (or the scripted ``texts``) for ``messages``; a :class:`PolicyCall` each."""
+           choices: list[list[str]] | None, params: SamplingParams, config: RubricConfig, key: jax.Array
+           ) -> list[PolicyCall]:
+    """One batched generate call (or the scripted ``texts``) for ``messages``, over ``choices`` when given
+    (constrained decoding); a :class:`PolicyCall` each."""
     prompts = [encode_prompt(tokenizer, m)[-config.max_prompt_tokens:] for m in messages]
     if texts is not None:
         stop = params.stop_token_ids[0] if params.stop_token_ids else None
         out = scripted_output(tokenizer, texts, params.max_new_tokens, stop)
     else:
         pad = batch_padding(len(prompts), config.batch_bucket)
-        out = policy.generate(prompts + [prompts[0]] * pad, params, key)
+        extra = {}
+        if choices is not None:
+            flat = CollectConfig(sampling=params, max_trie_edges=config.max_trie_edges)
+            vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
+            extra["allowed"] = _constraint(tokenizer, choices + [choices[0]] * pad, flat, vocab_size, {})
+        out = policy.generate(prompts + [prompts[0]] * pad, params, key, **extra)
         if out.texts is None:
             raise ValueError("collect_trees: the policy returned no texts; give the Sampler a tokenizer")
     calls = []
     for j, prompt in enumerate(prompts):
         n = int(out.length_b[j])
         calls.append(PolicyCall(prompt_ids=np.asarray(prompt, np.int32), response_ids=out.tokens_bt[j, :n].astype(
-            np.int32), logp=out.logp_bt[j, :n].astype(np.float32), text=out.texts[j]))
+            np.int32), logp=out.logp_bt[j, :n].astype(np.float32), text=out.texts[j],
+            choices=None if choices is None else tuple(choices[j])))
     return calls
 
 
@@ -169,7 +187,8 @@ def write_rubrics(policy: Any, tokenizer: Any, jobs: Sequence[tuple[TreeWorld, T
                                 max_criteria=config.max_criteria, max_context_chars=config.max_context_chars)
                 for w, t, c in jobs]
     texts = [reference_rubric(c.goal.text, c.budget).to_json() for _, _, c in jobs] if teacher else None
-    calls = _calls(policy, tokenizer, messages, texts, config.writing, config, key)
+    choices = [rubric_choices(c.goal.text, c.budget) for _, _, c in jobs] if config.constrained else None
+    calls = _calls(policy, tokenizer, messages, texts, choices, config.writing, config, key)
     counters.rubric_calls += int(not teacher)
     counters.rubrics += len(jobs)
     for (_, _, child), call in zip(jobs, calls, strict=True):
@@ -201,10 +220,14 @@ def grade_children(policy: Any, tokenizer: Any, jobs: Sequence[tuple[Node, Judge
     messages = [grading_messages(c.rubric, r, max_context_chars=config.max_context_chars) for c, r in asked]
     texts = None
     if teacher:
-        texts = [format_grade(reference_grade(c.rubric, bool(c.label), finished=c.finished, steps=len(c.turns),
-                                              budget=c.budget, invalid=sum(not u.valid for u in c.turns)), c.rubric)
-                 for c, _ in asked]
-    calls = _calls(policy, tokenizer, messages, texts, config.grading, config, key)
+        grades = [reference_grade(c.rubric, bool(c.label), finished=c.finished, steps=len(c.turns), budget=c.budget,
+                                  invalid=sum(not u.valid for u in c.turns)) for c, _ in asked]
+        if config.constrained:  # the nearest of the grades the constrained grader may give (failure stays failure)
+            grades = [level_grade(c.rubric, min(GRADE_LEVELS, key=lambda v: abs(v - g.final_score)) if g.success
+                                  else 0.0) for (c, _), g in zip(asked, grades, strict=True)]
+        texts = [format_grade(g, c.rubric) for (c, _), g in zip(asked, grades, strict=True)]
+    choices = [grade_choices(c.rubric) for c, _ in asked] if config.constrained else None
+    calls = _calls(policy, tokenizer, messages, texts, choices, config.grading, config, key)
     counters.grade_calls += int(not teacher)
     counters.grades += len(asked)
     for (child, _), call in zip(asked, calls, strict=True):

@@ -203,17 +203,47 @@ class RAOCredit:
         if len(self.stages) != 3 or min(self.stages) < 0 or sum(self.stages) == 0:
             raise ValueError(f"RAOCredit.stages must be three step counts (execution, decomposition, rubric) >= 0, "
                              f"not all 0; got {self.stages}")
-        if self.stages[2]:
-            raise ValueError("RAOCredit.stages: the rubric stage needs SERA's rubrics and counterfactual forks, which "
-                             "RAO does not have; use (1, 0, 0) (RAO) or (12, 4, 0) (RAO + D)")
+        self._check_rubric_stage()
         _one_of(self, "baseline", ("root", "pooled", "tree_mean"))
         _one_of(self, "decomposition_baseline", ("tree_mean", "pooled"))
         _one_of(self, "depth_weighting", ("trajectory", "sample", "none"))
         if self.clip_low is not None and self.clip_high is not None and self.clip_low > self.clip_high:
             raise ValueError(f"RAOCredit: clip_low {self.clip_low} > clip_high {self.clip_high}")
 
+    def _check_rubric_stage(self) -> None:
+        if self.stages[2]:
+            raise ValueError("RAOCredit.stages: the rubric stage needs SERA's rubrics and counterfactual forks, which "
+                             "RAO does not have; use (1, 0, 0) (RAO) or (12, 4, 0) (RAO + D), or --method sera")
 
-CreditConfig = GRPOCredit | RLOOCredit | PPOCredit | GiGPOCredit | HGPOCredit | GraphGPOCredit | CRBCCredit | RAOCredit
+
+@dataclasses.dataclass(frozen=True)
+class SERACredit(RAOCredit):
+    """SERA (METHODS.md "SERA" 2-7): RAO's trees, baselines, depth weights and CISPO, with a child's execution reward
+    its parent's rubric score instead of the verifier's label: at each delegation the policy writes the child's
+    rubric and after the child stopped grades it (:mod:`agentjax.rollout.tree_rubrics`; ``reading``: the grade's
+    final score, released, or ``gate · Σ w s``, the paper's). A child whose rubric or grade does not parse is left out
+    of the gradient. ``stages`` = execution : decomposition : rubric; this build trains the first two (SERA w/o RT
+    16 : 2 : 0, the default; execution only with rubric rewards 1 : 0 : 0) — the rubric-ranking stage on
+    counterfactual fork groups is not implemented yet and is refused.
+    """
+
+    method: ClassVar[str] = "sera"
+    stages: tuple[int, int, int] = (16, 2, 0)
+    reading: Literal["final", "weighted"] = "final"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _one_of(self, "reading", ("final", "weighted"))
+
+    def _check_rubric_stage(self) -> None:
+        if self.stages[2]:
+            raise ValueError("SERACredit.stages: the rubric-ranking stage (counterfactual fork groups) is not "
+                             "implemented yet; use (16, 2, 0) (SERA w/o RT) or (1, 0, 0) (execution with rubric "
+                             "rewards)")
+
+
+CreditConfig = (GRPOCredit | RLOOCredit | PPOCredit | GiGPOCredit | HGPOCredit | GraphGPOCredit | CRBCCredit | RAOCredit
+                | SERACredit)
 CREDIT_METHODS: dict[str, type] = {c.method: c for c in CreditConfig.__args__}
 
 

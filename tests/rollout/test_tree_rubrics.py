@@ -162,3 +162,43 @@ def test_saved_trees_keep_rubrics_grades_and_scores(tokenizer, tasks):
         if a.rubric_call is not None:
             assert (a.rubric_call.text, a.rubric_call.error) == (b.rubric_call.text, b.rubric_call.error)
     assert render_tree(back) == render_tree(tree)
+
+
+def test_a_tiny_qwen_writes_and_grades_constrained_rubrics(tokenizer, tasks):
+    from flax import nnx
+
+    from agentjax.agents.rubric import grade_choices, rubric_choices
+    from agentjax.agents.textcraft_tree import TextCraftTreeConfig
+    from agentjax.models import Qwen, QwenConfig, Sampler
+
+    model = Qwen(QwenConfig.tiny_qwen3(vocab_size=151_936, d_model=32, mlp_dim=64, num_layers=1, head_dim=8),
+                 rngs=nnx.Rngs(0))
+    sampler = Sampler(model, tokenizer)
+    calls = []
+
+    class Recording:
+        tokenizer = sampler.tokenizer
+
+        def generate(self, prompts, params, key, **kwargs):
+            calls.append((len(prompts), params.temperature, "allowed" in kwargs))
+            return sampler.generate(prompts, params, key, **kwargs)
+
+    config = TreeCollectConfig(
+        trees_per_task=2, limits=TreeLimits(max_steps=3, max_depth=1, max_nodes=8), max_turns=6,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=48, stop_token_ids=STOPS, prompt_bucket=1024),
+        max_prompt_tokens=2048, constrained=True, masked_logp=True, max_allowed=16, batch_bucket=8)
+    rubrics = RubricConfig(constrained=True, max_prompt_tokens=2048, writing=SamplingParams(
+        temperature=1.0, max_new_tokens=256, stop_token_ids=STOPS, prompt_bucket=1024), grading=SamplingParams(
+        temperature=0.0, max_new_tokens=96, stop_token_ids=STOPS, prompt_bucket=1024))
+    rollouts = run_trees(tasks[1:2], Recording(), lambda t: TextCraftTreeWorld(t, config=TextCraftTreeConfig(
+        show_recipes=False)), ProgramJudge(), config, jax.random.key(3), rubrics=rubrics)
+    children = [n for t in rollouts.trees for n in t.nodes[1:]]
+    assert children, "the random policy delegated nothing; pick another key"
+    for child in children:  # a random policy under the constraint writes and grades only well-formed answers
+        assert child.rubric is not None and child.rubric_call.text in rubric_choices(child.goal.text, child.budget)
+        assert child.rubric_call.choices == tuple(rubric_choices(child.goal.text, child.budget))
+        if child.grade_call is not None:
+            assert child.grade_call.text in grade_choices(child.rubric) and child.score is not None
+    stats = tree_stats(rollouts)
+    assert stats["rubric/failures"] == 0 and stats["grade/failures"] == 0 and stats["rubric/calls"] >= 1
+    assert any(c[2] for c in calls) and all(c[0] % 8 == 0 for c in calls)
