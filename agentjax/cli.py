@@ -7,7 +7,7 @@
                           textworld_cooking_sync} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
                    [--sero] [--sero.FIELD VALUE ...]
-    agentjax train --method rao --env {textcraft_synth,textworld_sync} --preset {tiny,paper-4b} [...]
+    agentjax train --method {rao,sera} --env {textcraft_synth,textworld_sync} --preset {tiny,paper-4b} [...]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]
     agentjax trees --run RUN_DIR [--update N] [--eval] [--tree I] [--max-chars N] [--list]
     agentjax data [--mirror URL] [--only DATASET ...] [--dest DIR] [--verify]
@@ -38,7 +38,11 @@ oracle micro-batches or a bank file that is not there is a one-line error (exit 
 TextCraft-Synth or TextWorld-Sync with the ``tiny`` (CPU) or ``paper-4b`` (Qwen3-4B-Instruct-2507) preset; the tree
 settings are ``--tree.*`` overrides (e.g. ``--tree.max-depth 2``), the method's ``--train.credit.*`` (e.g.
 ``--train.credit.stages 12 4 0`` for RAO + D), and the sizes the same flags as the flat methods (``--num-groups``
-root tasks, ``--group-size`` trees per task, ``--max-steps`` turns per node).
+root tasks, ``--group-size`` trees per task, ``--max-steps`` turns per node). ``--method sera`` trains the same trees
+with SERA's rubrics: at each delegation the policy writes the child's rubric and afterwards grades the child with it,
+and the grade is the child's reward (:class:`~agentjax.train.config.SERACredit`; ``--train.credit.stages 16 2 0``
+SERA w/o RT, the default; ``1 0 0`` execution with rubric rewards; ``--train.credit.reading weighted`` the paper's
+reward; the rubric-ranking stage is not built yet).
 
 ``trees`` prints trees a tree run saved (``<run>/trees/<step>.json``, ``tree.saved_trees`` per batch and per
 evaluation) as text (:func:`agentjax.agents.tree.render_tree`): who delegated what, each node's replies and reward;
@@ -247,7 +251,7 @@ def _eval(argv: Sequence[str]) -> int:
 
 def _trees(argv: Sequence[str]) -> int:
     prog = "agentjax trees"
-    parser = _Parser(prog=prog, description="print the trees a tree run (--method rao) saved")
+    parser = _Parser(prog=prog, description="print the trees a tree run (--method rao / sera) saved")
     parser.add_argument("--run", required=True, help="the run's out_dir")
     parser.add_argument("--update", type=int, help="the batch (metrics line step) whose trees to print "
                         "(default: the last saved)")

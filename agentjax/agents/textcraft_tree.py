@@ -21,6 +21,7 @@ only where the budget needs it. :class:`PlannerTeacher` serves those replies to 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -112,6 +113,14 @@ class TextCraftTreeWorld:
 
     def end(self, node: Node) -> None:
         node.end_state = self.world.counts(sorted(node.goal.targets))
+
+    def fork(self, node: Node) -> TextCraftTreeWorld:
+        """An isolated copy of the shared inventory as it is now, whose fork tree's root (node 0) plays ``node`` from
+        its start (SERA's counterfactual branches of a delegated child)."""
+        del node  # every agent of a TextCraft tree acts on the one inventory: nothing is per node
+        twin = copy.copy(self)
+        twin.world = self.world.fork()
+        return twin
 
     # -- checks -------------------------------------------------------------------------------------------------------
     def judge_request(self, node: Node) -> JudgeRequest:
@@ -271,12 +280,8 @@ def planner_tree(task: Task, *, book: RecipeBook | None = None, limits: TreeLimi
 
 
 def node_path(tree: Tree, node: Node) -> tuple[int, ...]:
-    """The ranks from the root down to ``node`` (the root: ``()``)."""
-    path = []
-    while node.parent >= 0:
-        path.append(node.rank)
-        node = tree.nodes[node.parent]
-    return tuple(reversed(path))
+    """The ranks from the root down to ``node`` (:meth:`Tree.path <agentjax.agents.tree.Tree.path>`)."""
+    return tree.path(node)
 
 
 class PlannerTeacher:

@@ -48,6 +48,7 @@ root then follows the planner for whatever is left and finishes.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -197,6 +198,14 @@ class TextWorldTreeWorld:
 
     def end(self, node: Node) -> None:
         node.end_state = self.world.snapshot()  # what the verifier judges: the world when the node stopped
+
+    def fork(self, node: Node) -> TextWorldTreeWorld:
+        """An isolated clone of the shared world as it is now, whose fork tree's root (node 0) is ``node``'s engine
+        agent (same place, history and shared inventory): SERA's counterfactual branches of a delegated child."""
+        twin = copy.copy(self)
+        twin.world = self.world.clone()
+        twin.agents = {0: self.agents[node.id]}
+        return twin
 
     def ended(self) -> str:
         """Why the shared world has ended for every agent ("" while it runs)."""

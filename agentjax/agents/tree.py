@@ -158,6 +158,9 @@ class Tree:
     root_success: bool | None = None  # the verified environment outcome, once the root stopped
     events: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # launch events: (node id, its turn)
     child_reward: Literal["label", "score"] = "label"  # a child's reward: RAO's verifier label, SERA's rubric score
+    fork: tuple[int, int, int] | None = None  # SERA fork tree: (main tree slot, committed child id, branch >= 1)
+    forked_envs: int = 0  # SERA: forked environments used by this (main) tree's fork groups, branch 0 included
+    origin_path: tuple[int, ...] = ()  # a fork tree: the ranks from its main tree's root to the node its root plays
 
     @property
     def root(self) -> Node:
@@ -167,10 +170,12 @@ class Tree:
     def done(self) -> bool:
         return bool(self.nodes) and self.root.status.stopped
 
-    def add_root(self, goal: Goal) -> Node:
+    def add_root(self, goal: Goal, *, depth: int = 0, budget: int | None = None) -> Node:
+        """The root; a fork tree's root plays a delegated child: its ``depth`` and ``budget``."""
         if self.nodes:
             raise ValueError("Tree.add_root: the tree has a root already")
-        self.nodes.append(Node(id=0, parent=NO_PARENT, depth=0, goal=goal, budget=self.limits.max_steps))
+        budget = self.limits.max_steps if budget is None else budget
+        self.nodes.append(Node(id=0, parent=NO_PARENT, depth=depth, goal=goal, budget=budget))
         return self.root
 
     def live(self) -> list[Node]:
@@ -218,6 +223,15 @@ class Tree:
         """Waiting nodes whose children have all stopped."""
         return [n for n in self.nodes if n.status is Status.WAITING
                 and all(self.nodes[c].status.stopped for c in n.waiting_on)]
+
+    def path(self, node: Node) -> tuple[int, ...]:
+        """The ranks from the root down to ``node`` (the root: ``()``); in a fork tree, from its main tree's root
+        (the fork root plays the node at :attr:`origin_path`)."""
+        ranks = []
+        while node.parent >= 0:
+            ranks.append(node.rank)
+            node = self.nodes[node.parent]
+        return self.origin_path + tuple(reversed(ranks))
 
     def leaves(self) -> list[Node]:
         return [n for n in self.nodes if not n.children]

@@ -62,7 +62,16 @@ from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.collect import CollectConfig, Policy, _constraint, _encode, _tokenizer_of
 from agentjax.rollout.ids import group_local_ids
 from agentjax.rollout.tree_batch import TreeArrays, TreeBatch
-from agentjax.rollout.tree_rubrics import RubricConfig, RubricCounters, grade_children, scripted_output, write_rubrics
+from agentjax.rollout.tree_rubrics import (
+    ForkConfig,
+    ForkGroup,
+    RubricConfig,
+    RubricCounters,
+    grade_children,
+    open_fork_group,
+    scripted_output,
+    write_rubrics,
+)
 from envs.base import Task
 
 Teacher = Callable[..., str]  # teacher(tree, node) -> reply; teacher(tree, node, world) when teacher.with_world
@@ -131,7 +140,8 @@ class TreeCollectConfig:
 class TreeRollouts:
     """What :func:`run_trees` returns: the trees (group-major: ``trees[g * K + k]``) and how the loop spent time."""
 
-    trees: tuple[Tree, ...]
+    trees: tuple[Tree, ...]  # the main trees (fork trees are in ``forks``)
+    forks: tuple[ForkGroup, ...]  # SERA's fork groups (rubric stage), in the order they opened
     num_groups: int
     trees_per_task: int
     live_per_call: tuple[int, ...]  # live nodes of each turn (one policy call each, none with a teacher)
@@ -229,6 +239,7 @@ def run_trees(
     teacher: Teacher | None = None,
     task_indices: Sequence[int] | None = None,
     rubrics: RubricConfig | None = None,
+    forks: ForkConfig | None = None,
 ) -> TreeRollouts:
     """The tree loop of :func:`collect_trees` (module docstring), returning host records.
 
@@ -244,10 +255,16 @@ def run_trees(
       task_indices: the StepBatch ``task`` id of each task (default its position).
       rubrics: SERA's rubric writing and grading (:mod:`agentjax.rollout.tree_rubrics`): children's rewards become
         their rubric scores (``Tree.child_reward = "score"``); None: RAO's labels.
+      forks: SERA's rubric stage (needs ``rubrics``): a launched child gets a fork group while its tree's fork
+        budget lasts (:func:`~agentjax.rollout.tree_rubrics.open_fork_group`; its branches run as fork trees in the
+        same policy calls), and only fork groups get a rubric (the child's, frozen before any branch starts) and
+        grades (each branch, after it stopped and was labelled); ``TreeRollouts.forks`` holds them.
     """
     t_start = time.perf_counter()
     if not tasks:
         raise ValueError("collect_trees: no tasks")
+    if forks is not None and rubrics is None:
+        raise ValueError("collect_trees: fork groups are graded with rubrics; give rubrics=RubricConfig(...)")
     tokenizer = _tokenizer_of(policy)
     limits, k_size = config.limits, config.trees_per_task
     task_index = list(range(len(tasks))) if task_indices is None else [int(i) for i in task_indices]
@@ -259,6 +276,7 @@ def run_trees(
     stop_id = stops[0] if stops else None
     prompt_s = generate_s = env_s = judge_s = rubric_s = 0.0
     counters = RubricCounters()
+    groups: list[ForkGroup] = []
     scripted = rubrics is not None and (teacher is not None if rubrics.scripted is None else rubrics.scripted)
 
     t0 = time.perf_counter()
@@ -280,7 +298,10 @@ def run_trees(
     def stop(t: int, node: Node, status: Status) -> None:
         trees[t].stop(node, status)
         worlds[t].end(node)
-        if node.parent == NO_PARENT:
+        if trees[t].fork is not None:  # a fork tree: its root is a branch of a fork group, labelled like a child
+            if node.parent == NO_PARENT:
+                requests.append((trees[t], node, worlds[t].judge_request(node)))
+        elif node.parent == NO_PARENT:
             trees[t].root_success = bool(worlds[t].root_success(trees[t]))
         else:
             requests.append((trees[t], node, worlds[t].judge_request(node)))
@@ -293,9 +314,10 @@ def run_trees(
             for (_, node, _), v in zip(requests, verdicts, strict=True):
                 node.label, node.judge_reason = (float(v.success) if v.ok else None), v.reason
             judge_s += time.perf_counter() - t0
-            if rubrics is not None:  # after the labels: a teacher's grades follow them
+            if rubrics is not None:  # after the labels: a teacher's grades follow them (forks: the branches only)
                 t0 = time.perf_counter()
-                grade_children(policy, tokenizer, [(node, r) for _, node, r in requests], rubrics,
+                jobs = [(node, r) for _, node, r in requests if forks is None or node.rubric is not None]
+                grade_children(policy, tokenizer, jobs, rubrics,
                                jax.random.fold_in(key, 2 * config.max_turns + turn), counters,
                                teacher=scripted)
                 rubric_s += time.perf_counter() - t0
@@ -429,7 +451,14 @@ def run_trees(
                     children = tree.spawn(node, goals, budgets, event)
                     for child in children:
                         child.intro = world.begin(child)
-                        launched.append((world, tree, child))
+                        if forks is None:
+                            launched.append((world, tree, child))
+                        elif (opened := open_fork_group(t, tree, world, child, forks)) is not None:
+                            groups.append(opened[0])
+                            launched.append((world, tree, child))
+                            for fork_tree, twin in opened[1]:
+                                trees.append(fork_tree)
+                                worlds.append(twin)
                     record.children = tuple(c.id for c in children)
                     feedback.append(f"Launched {len(children)} subagent(s); you wait for their results.")
             if refused and node.status is Status.RUNNING and (status := status_text(t, node)):
@@ -443,6 +472,9 @@ def run_trees(
             t1 = time.perf_counter()
             write_rubrics(policy, tokenizer, launched, rubrics, jax.random.fold_in(key, config.max_turns + turn),
                           counters, teacher=scripted)
+            for group in groups:  # every branch is graded with the committed child's frozen rubric
+                for branch in group.branches[1:]:
+                    branch.rubric = group.child.rubric
             rubric_s += time.perf_counter() - t1
         t0 = time.perf_counter()
 
@@ -475,7 +507,8 @@ def run_trees(
         if tree.root.turns and tree.root_success:
             tree.root.turns[-1].reward += config.success_reward
     metrics = dict(getattr(getattr(judge, "metrics", None), "as_dict", dict)())
-    return TreeRollouts(trees=tuple(trees), num_groups=len(tasks), trees_per_task=k_size,
+    main = tuple(tree for tree in trees if tree.fork is None)
+    return TreeRollouts(trees=main, forks=tuple(groups), num_groups=len(tasks), trees_per_task=k_size,
                         live_per_call=tuple(live_per_call), padded_per_call=tuple(padded_per_call),
                         judge_metrics=metrics, rubric_metrics=counters.as_dict() if rubrics is not None else {},
                         prompt_seconds=prompt_s, generate_seconds=generate_s, env_seconds=env_s,
@@ -584,6 +617,14 @@ def tree_stats(rollouts: TreeRollouts) -> dict[str, float]:
     }
     for d in range(max(n.depth for n in nodes) + 1):
         out[f"tree/nodes_depth{d}"] = float(sum(n.depth == d for n in nodes)) / len(trees)
+    if rollouts.forks:  # SERA's rubric stage: fork groups, their labels and grades
+        arrays = [g.arrays() for g in rollouts.forks]
+        valid = [v for _, _, v in arrays]
+        out |= {"fork/groups": float(len(arrays)),
+                "fork/branches": float(sum(len(v) for v in valid)),
+                "fork/branch_success": float(np.mean(np.concatenate([lab for _, lab, _ in arrays]))),
+                "fork/graded": float(np.mean(np.concatenate(valid))),
+                "fork/mixed": float(np.mean([lab[v].any() and not lab[v].all() for _, lab, v in arrays]))}
     return out | dict(rollouts.judge_metrics) | dict(rollouts.rubric_metrics)
 
 
@@ -598,11 +639,12 @@ def collect_trees(
     teacher: Teacher | None = None,
     task_indices: Sequence[int] | None = None,
     rubrics: RubricConfig | None = None,
+    forks: ForkConfig | None = None,
 ) -> tuple[TreeBatch, dict[str, float]]:
     """``K`` trees per task as a :class:`TreeBatch` and :func:`tree_stats` (arguments: :func:`run_trees`). Use
     :func:`run_trees` directly to keep the host records (texts, e.g. for :func:`~agentjax.agents.tree.render_tree`)."""
     rollouts = run_trees(tasks, policy, world_factory, judge, config, key, teacher=teacher, task_indices=task_indices,
-                         rubrics=rubrics)
+                         rubrics=rubrics, forks=forks)
     return to_tree_batch(rollouts, config), tree_stats(rollouts)
 
 

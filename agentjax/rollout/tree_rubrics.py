@@ -96,6 +96,58 @@ class RubricConfig:
             raise ValueError("RubricConfig: max_prompt_tokens and batch_bucket must be >= 1")
 
 
+@dataclasses.dataclass(frozen=True)
+class ForkConfig:
+    """SERA's counterfactual fork groups for the rubric stage (METHODS.md "SERA" 5)."""
+
+    branches: int = 8  # children per fork group: branch 0 is committed to the tree, the others run on clones
+    budget: int = 16  # forked environments per tree (branch 0 counted): budget // branches groups a tree
+
+    def __post_init__(self):
+        if self.branches < 2 or self.budget < self.branches:
+            raise ValueError(f"ForkConfig: at least 2 branches and a budget of at least one group, got {self}")
+
+
+@dataclasses.dataclass
+class ForkGroup:
+    """One delegated child and its counterfactual branches, graded with the child's one rubric."""
+
+    tree: int  # the main tree's position in TreeRollouts.trees
+    child: Node  # branch 0, committed to the tree
+    branches: tuple[Node, ...]  # the branches' first agents, branch 0 (the child) first
+    fork_trees: tuple[Tree, ...]  # the trees of branches 1.. (their roots play the child on clones of its world)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``[I]`` the policy's final scores, the labels and validity of the branches: valid with a label and a
+        score (a grade that parsed, or 0 without a call for a branch that did not finish)."""
+        score = np.array([n.grade.final_score if n.grade is not None else n.score or 0.0 for n in self.branches],
+                         np.float32)
+        label = np.array([bool(n.label) for n in self.branches], bool)
+        valid = np.array([n.score is not None and n.label is not None for n in self.branches], bool)
+        return score, label, valid
+
+
+def open_fork_group(t: int, tree: Tree, world: TreeWorld, child: Node, config: ForkConfig
+                    ) -> tuple[ForkGroup, list[tuple[Tree, TreeWorld]]] | None:
+    """A fork group for ``child`` (just launched and begun in ``tree``) if the tree's fork budget allows: each branch
+    ≥ 1 is a fork tree whose root replays the child's start — same goal, depth, budget and first message — on
+    ``world.fork(child)``, an isolated clone of the world as the child found it. Returns the group and the new
+    (tree, world) pairs to run, or None (budget spent, or a fork tree would itself fork)."""
+    if tree.fork is not None or tree.forked_envs + config.branches > config.budget:
+        return None
+    tree.forked_envs += config.branches
+    pairs, roots = [], [child]
+    for branch in range(1, config.branches):
+        twin = world.fork(child)
+        fork = Tree(tree.task, tree.group, tree.index, tree.task_index, tree.limits, child_reward=tree.child_reward,
+                    fork=(t, child.id, branch), origin_path=tree.path(child))
+        root = fork.add_root(child.goal, depth=child.depth, budget=child.budget)
+        root.intro, root.start_state = child.intro, child.start_state
+        pairs.append((fork, twin))
+        roots.append(root)
+    return ForkGroup(t, child, tuple(roots), tuple(f for f, _ in pairs)), pairs
+
+
 @dataclasses.dataclass
 class RubricCounters:
     """Counters of one collection's rubric and grading calls (:meth:`as_dict` for the metrics)."""
@@ -246,4 +298,5 @@ def grade_children(policy: Any, tokenizer: Any, jobs: Sequence[tuple[Node, Judge
             counters.agree += int(child.grade.success == bool(child.label))
 
 
-__all__ = ["RubricConfig", "RubricCounters", "grade_children", "rubric_request", "scripted_output", "write_rubrics"]
+__all__ = ["ForkConfig", "ForkGroup", "RubricConfig", "RubricCounters", "grade_children", "open_fork_group",
+           "rubric_request", "scripted_output", "write_rubrics"]

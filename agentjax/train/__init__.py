@@ -30,6 +30,7 @@ from agentjax.train.config import (
     RAOCredit,
     RLOOCredit,
     RolloutConfig,
+    SERACredit,
     TrainConfig,
     credit_for,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "PPOCredit",
     "ProgressBar",
     "RAOCredit",
+    "SERACredit",
     "RLOOCredit",
     "Restored",
     "RolloutConfig",

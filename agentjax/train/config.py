@@ -221,25 +221,32 @@ class SERACredit(RAOCredit):
     """SERA (METHODS.md "SERA" 2-7): RAO's trees, baselines, depth weights and CISPO, with a child's execution reward
     its parent's rubric score instead of the verifier's label: at each delegation the policy writes the child's
     rubric and after the child stopped grades it (:mod:`agentjax.rollout.tree_rubrics`; ``reading``: the grade's
-    final score, released, or ``gate · Σ w s``, the paper's). A child whose rubric or grade does not parse is left out
-    of the gradient. ``stages`` = execution : decomposition : rubric; this build trains the first two (SERA w/o RT
-    16 : 2 : 0, the default; execution only with rubric rewards 1 : 0 : 0) — the rubric-ranking stage on
-    counterfactual fork groups is not implemented yet and is refused.
+    final score, released, or ``gate · Σ w s``, the paper's); a child whose rubric or grade does not parse is left
+    out of the gradient. ``stages`` = execution : decomposition : rubric optimizer steps per cycle: SERA 16 : 2 : 2,
+    w/o D 16 : 0 : 2, w/o RT 16 : 2 : 0, execution only with rubric rewards 1 : 0 : 0. The rubric stage grows fresh
+    trees with fork groups of ``branches`` children from clones of the pre-call world (``fork_budget`` forked
+    environments per tree), ranks the branches' grades against their labels with ``margin`` and trains the rubric
+    completions only (:mod:`agentjax.train.rubric_stage`).
     """
 
     method: ClassVar[str] = "sera"
-    stages: tuple[int, int, int] = (16, 2, 0)
+    stages: tuple[int, int, int] = (16, 2, 2)
     reading: Literal["final", "weighted"] = "final"
+    branches: int = 8  # children per fork group (the released fork-8)
+    fork_budget: int = 16  # forked environments per tree, branch 0 counted
+    margin: float = 0.2  # the ranking hinge's margin (released)
 
     def __post_init__(self):
         super().__post_init__()
         _one_of(self, "reading", ("final", "weighted"))
+        if self.branches < 2 or self.fork_budget < self.branches:
+            raise ValueError(f"SERACredit: branches >= 2 and fork_budget >= branches, got {self.branches}, "
+                             f"{self.fork_budget}")
+        if self.margin < 0:
+            raise ValueError(f"SERACredit.margin must be >= 0, got {self.margin}")
 
     def _check_rubric_stage(self) -> None:
-        if self.stages[2]:
-            raise ValueError("SERACredit.stages: the rubric-ranking stage (counterfactual fork groups) is not "
-                             "implemented yet; use (16, 2, 0) (SERA w/o RT) or (1, 0, 0) (execution with rubric "
-                             "rewards)")
+        pass  # SERA trains all three stages
 
 
 CreditConfig = (GRPOCredit | RLOOCredit | PPOCredit | GiGPOCredit | HGPOCredit | GraphGPOCredit | CRBCCredit | RAOCredit

@@ -1,5 +1,6 @@
 """Run presets for the CLI: ``tiny`` (a 2-core CPU), ``paper-1.5b`` and ``paper-7b`` (a GPU mesh), per env and method;
-the tree methods (RAO: :data:`TREE_METHODS`) have ``tiny`` and ``paper-4b`` (:func:`tiny_tree`, :func:`paper_tree`).
+the tree methods (RAO, SERA: :data:`TREE_METHODS`) have ``tiny`` and ``paper-4b`` (:func:`tiny_tree`,
+:func:`paper_tree`).
 
 ``preset(name, method, env)`` returns a consistent :class:`~agentjax.train.runconfig.RunConfig`; the CLI applies
 flag overrides on top, and experiment folders (``experiments/crbc/presets.py``) build theirs from these.
@@ -55,6 +56,7 @@ from agentjax.train.config import (
     OptimizerConfig,
     RAOCredit,
     RolloutConfig,
+    SERACredit,
     TrainConfig,
     credit_for,
 )
@@ -62,7 +64,12 @@ from agentjax.train.runconfig import ENVS, RunConfig, TreeConfig, WarmStart, ful
 from agentjax.train.schedule import TOTAL_STEPS
 
 PRESETS = ("tiny", "paper-1.5b", "paper-7b", "paper-4b")
-TREE_METHODS = ("rao",)  # methods that train recursive trees (agentjax.train.tree_loop): tiny and paper-4b
+TREE_METHODS = ("rao", "sera")  # methods that train recursive trees (agentjax.train.tree_loop): tiny and paper-4b
+# SERA in the tiny preset: 10 optimizer steps are two cycles of 3 execution, 1 decomposition and 1 rubric step (the
+# paper's 16 : 2 : 2 over 250 steps would leave two stages out of 10), fork groups of 4 branches, 2 a tree.
+TINY_SERA = dict(stages=(3, 1, 1), branches=4, fork_budget=8)
+# SERA's rubric and grade lengths (new tokens): the tiny preset's constrained choices need <= 280 / 80.
+TINY_RUBRIC_TOKENS, PAPER_RUBRIC_TOKENS = (320, 96), (1024, 512)
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
 STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40, "textcraft_synth": 75, "textworld": 100,
              "textworld_cooking_sync": 200, "textworld_sync": 200}
@@ -242,6 +249,14 @@ def _tree_sized(train: TrainConfig, collect: CollectConfig, tree: TreeConfig, **
                 collect=out["collect"].replace(capacity=rows))
 
 
+def _tree_credit(method: str, env: str, credit: dict[str, Any], tiny: bool) -> RAOCredit:
+    """RAO's or SERA's credit with the env's released zero-variance filter (and the tiny SERA cycle)."""
+    defaults = dict(filter_zero_variance=FILTER_ZERO_VARIANCE[env])
+    if method == "sera":
+        return SERACredit(**(defaults | (TINY_SERA if tiny else {}) | credit))
+    return RAOCredit(**(defaults | credit))
+
+
 def tiny_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any) -> RunConfig:
     """The tree methods' CPU preset: 2 root tasks × 4 trees per batch, 8 turns a node (TextWorld-Sync: 20,
     :data:`TINY_TREE_STEPS`), depth <= 2, <= 16 nodes a tree, a 2-layer Qwen3 (:func:`tiny_tree_arch`) with
@@ -256,7 +271,7 @@ def tiny_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any) 
     prompt_len, response_len = TINY_TREE_LENS[env]
     train = TrainConfig(
         model=ModelConfig(tiny_tree_arch()),
-        credit=RAOCredit(**(dict(filter_zero_variance=FILTER_ZERO_VARIANCE[env]) | credit)),
+        credit=_tree_credit(method, env, credit, tiny=True),
         loss=LossConfig(kl_coef=0.0, entropy_coef=0.0, logprob_chunk=16, logprob_remat=False),
         optimizer=OptimizerConfig(learning_rate=1e-3, **RELEASED_ADAM),
         micro_batch_size=16, seed=0)
@@ -265,7 +280,8 @@ def tiny_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any) 
                             sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
                                                     prompt_bucket=512))
     max_steps, max_turns = TINY_TREE_STEPS[env]
-    tree = TreeConfig(max_depth=2, max_children=4, max_nodes=16, max_turns=max_turns, history_length=2)
+    tree = TreeConfig(max_depth=2, max_children=4, max_nodes=16, max_turns=max_turns, history_length=2,
+                      rubric_tokens=TINY_RUBRIC_TOKENS[0], grade_tokens=TINY_RUBRIC_TOKENS[1], rubric_choices=True)
     sizes = _tree_sized(train, collect, tree, num_groups=2, group_size=4, max_steps=max_steps, prompt_len=prompt_len,
                         response_len=response_len)
     return RunConfig(**sizes, env=env, env_kwargs=dict(TINY_TREE_ENV_KWARGS[env]),
@@ -285,14 +301,15 @@ def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any)
     prompt_len, response_len = PAPER_TREE_LENS[env]
     train = TrainConfig(
         model=ModelConfig(QwenConfig.qwen3_4b(dtype="bfloat16", remat=True)),
-        credit=RAOCredit(**(dict(filter_zero_variance=FILTER_ZERO_VARIANCE[env]) | credit)),
+        credit=_tree_credit(method, env, credit, tiny=False),
         loss=LossConfig(kl_coef=0.0, entropy_coef=0.0),
         optimizer=OptimizerConfig(learning_rate=3e-6, **RELEASED_ADAM),
         micro_batch_size=8, seed=0)
     collect = CollectConfig(truncation="left", batch_bucket=64, invalid_penalty=0.1, success_reward=10.0,
                             sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
                                                     prompt_bucket=256))
-    tree = TreeConfig(max_depth=3, max_children=8, max_nodes=64, max_turns=400)
+    tree = TreeConfig(max_depth=3, max_children=8, max_nodes=64, max_turns=400, rubric_tokens=PAPER_RUBRIC_TOKENS[0],
+                      grade_tokens=PAPER_RUBRIC_TOKENS[1])
     sizes = _tree_sized(train, collect, tree, num_groups=8, group_size=8, max_steps=20, prompt_len=prompt_len,
                         response_len=response_len)
     return RunConfig(**sizes, env=env, env_kwargs=dict(TREE_ENV_KWARGS[env]), eval_env_kwargs=TREE_EVAL_ENV_KWARGS[env],

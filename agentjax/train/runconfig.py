@@ -161,11 +161,14 @@ class TreeConfig:
     event_slots: int | None = None  # E of the tree arrays (default 2 Q)
     max_skipped_batches: int = 20  # stop once more batches than this trained nothing (no signal / NaN)
     saved_trees: int = 4  # trees per batch written to <out_dir>/trees/<step>.json (and those of each evaluation)
+    rubric_tokens: int = 512  # SERA: new tokens of a rubric-writing call
+    grade_tokens: int = 256  # SERA: new tokens of a grading call
+    rubric_choices: bool = False  # SERA: rubrics and grades chosen among the fixed ones (tiny constrained policies)
 
     def __post_init__(self):
         if self.max_depth < 0:
             raise ValueError(f"TreeConfig.max_depth must be >= 0, got {self.max_depth}")
-        for name in ("max_children", "max_nodes", "max_turns"):
+        for name in ("max_children", "max_nodes", "max_turns", "rubric_tokens", "grade_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TreeConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_skipped_batches", "saved_trees"):
@@ -369,6 +372,36 @@ class RunConfig:
             sparse_logits=co.sparse_logits, max_allowed=co.max_allowed, max_trie_edges=co.max_trie_edges,
             batch_bucket=co.batch_bucket, pow2_batches=co.pow2_batches, row_keys=co.row_keys,
             node_slots=tr.node_slots, event_slots=tr.event_slots)
+
+    @property
+    def rubric_collect(self) -> Any:
+        """SERA's rubric writing and grading in the tree collector (:class:`~agentjax.rollout.tree_rubrics.
+        RubricConfig`: ``collect``'s sampler settings at temperature 1 / 0, ``tree.rubric_tokens`` /
+        ``grade_tokens`` new tokens, prompts up to ``collect.max_prompt_tokens``, the credit's reading); None when the
+        method has no rubrics."""
+        from agentjax.rollout.tree_rubrics import RubricConfig
+        from agentjax.train.config import SERACredit
+
+        if self.tree is None or not isinstance(self.train.credit, SERACredit):
+            return None
+        co, tr = self.collect, self.tree
+        sampling = lambda temperature, tokens: dataclasses.replace(  # noqa: E731
+            co.sampling, temperature=temperature, max_new_tokens=tokens)
+        return RubricConfig(reading=self.train.credit.reading, writing=sampling(1.0, tr.rubric_tokens),
+                            grading=sampling(0.0, tr.grade_tokens), max_prompt_tokens=co.max_prompt_tokens,
+                            constrained=tr.rubric_choices, batch_bucket=co.batch_bucket,
+                            max_context_chars=min(12_000, 2 * co.max_prompt_tokens),
+                            max_trie_edges=max(co.max_trie_edges, 8192))
+
+    @property
+    def fork_collect(self) -> Any:
+        """SERA's rubric-stage fork groups (:class:`~agentjax.rollout.tree_rubrics.ForkConfig` from the credit's
+        ``branches`` and ``fork_budget``); None when the method has no rubric stage."""
+        from agentjax.rollout.tree_rubrics import ForkConfig
+
+        if self.rubric_collect is None or not self.train.credit.stages[2]:
+            return None
+        return ForkConfig(branches=self.train.credit.branches, budget=self.train.credit.fork_budget)
 
     @property
     def eval_tree_collect(self) -> Any:

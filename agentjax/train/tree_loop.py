@@ -1,7 +1,8 @@
-"""The tree trainer: RAO end to end — grow trees → stage credit → CISPO step → log → evaluate → checkpoint.
+"""The tree trainer: RAO and SERA end to end — grow trees → stage credit → CISPO step → log → evaluate → checkpoint.
 
 ``train_trees(run)`` trains a :class:`~agentjax.train.runconfig.RunConfig` whose method trains recursive trees
-(``train.credit`` = :class:`~agentjax.train.config.RAOCredit`, ``run.tree`` set; :func:`agentjax.train.loop.train`
+(``train.credit`` = :class:`~agentjax.train.config.RAOCredit` or its SERA variant
+:class:`~agentjax.train.config.SERACredit`, ``run.tree`` set; :func:`agentjax.train.loop.train`
 hands such runs here). It builds, as the flat loop does, the task lists, the tokenizer, the model (random init, an
 HF checkpoint, or the cached warm start on the planner's trees, :mod:`agentjax.train.tree_warmstart`), the state
 with its stage schedule (:class:`~agentjax.train.schedule.ScheduleState`) or the newest checkpoint that restores.
@@ -11,18 +12,23 @@ Each batch:
    only, RAO + D 12 : 4 : 0 also decomposition) and ``G = num_groups`` root tasks from the task stream.
 2. ``K = group_size`` trees per root task (:func:`~agentjax.rollout.tree_collect.run_trees`: one policy call per
    turn over every live node of every tree, the env's shared world and judge, :mod:`agentjax.train.tree_worlds`),
-   as a :class:`~agentjax.rollout.tree_batch.TreeBatch` padded to ``micro_batch_size · 2^j`` rows (few shapes to
-   compile) below ``train.rollout.capacity``.
-3. The stage's per-row credit (:func:`agentjax.train.tree_credit.row_credit`: binary child labels and root
-   outcomes, LOO over the K trees, the zero-variance filter, depth weights).
+   with SERA's rubric writing and grading (:attr:`~agentjax.train.runconfig.RunConfig.rubric_collect`: a child's
+   reward is its rubric score; not at evaluation), as a :class:`~agentjax.rollout.tree_batch.TreeBatch` padded to
+   ``micro_batch_size · 2^j`` rows (few shapes to compile) below ``train.rollout.capacity``.
+3. The stage's per-row credit (:func:`agentjax.train.tree_credit.row_credit`: child labels (RAO) or rubric
+   scores (SERA) and root outcomes, LOO over the K trees, the zero-variance filter, depth weights). SERA's rubric
+   stage grows its trees with fork groups instead (:attr:`~agentjax.train.runconfig.RunConfig.fork_collect`) and
+   trains one row per fork group's rubric completion with its ranking advantage
+   (:mod:`agentjax.train.rubric_stage`).
 4. One CISPO step on the stage's role tokens (:func:`agentjax.train.tree_update.make_tree_update`), which advances
    the schedule; a batch without a sampled row (every root task filtered) trains nothing and does not advance it
    (:func:`~agentjax.train.tree_update.skip_batch`). More than ``tree.max_skipped_batches`` such batches stop the
    run (:class:`NoSignalError`): the policy gets no learning signal (warm start it).
 5. One metrics line (``tree/`` root success, child label rate, nodes, depth histogram, invalid rate, rows;
-   ``judge/`` calls and tokens; ``train/`` CISPO loss, ratio, clip fraction, grad norm; ``credit/``;
-   ``schedule/``; ``time/`` the split) to ``metrics.jsonl`` / TensorBoard, and ``tree.saved_trees`` trees as JSON
-   in ``<out_dir>/trees/<step>.json`` (``agentjax trees --run DIR`` prints them).
+   ``judge/`` calls and tokens; SERA's ``rubric/`` and ``grade/`` calls, tokens, failures and agreement;
+   ``train/`` CISPO loss, ratio, clip fraction, grad norm; ``credit/``; ``schedule/``; ``time/`` the split) to
+   ``metrics.jsonl`` / TensorBoard, and ``tree.saved_trees`` trees as JSON in ``<out_dir>/trees/<step>.json``
+   (``agentjax trees --run DIR`` prints them).
 6. After every ``eval_every``-th applied step and the last: root success of ``eval_seeds`` trees on each of the
    first ``eval_tasks`` eval tasks (:func:`evaluate_trees`), with ``eval_env_kwargs``, the key of
    :func:`~agentjax.train.eval.eval_key` (one per run) and per-tree-slot sampling streams: common random numbers
@@ -55,6 +61,7 @@ from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.eval import eval_key
 from agentjax.train.loop import build, task_stream
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
+from agentjax.train.rubric_stage import rubric_credit_rows, rubric_rows
 from agentjax.train.runconfig import RunConfig
 from agentjax.train.schedule import STAGES, StageSchedule, stage_name
 from agentjax.train.state import TrainState, next_key, sync_model
@@ -121,12 +128,28 @@ def setup_trees(run: RunConfig, *, resume: bool = False) -> TreeTrainer:
 
 # -- collection, evaluation, files -----------------------------------------------------------------------------------
 def grow(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.Array, *, evaluation: bool = False,
-         task_indices: Sequence[int] | None = None) -> TreeRollouts:
-    """The trees of ``tasks`` under the training (or, with ``evaluation``, the evaluation) settings."""
+         task_indices: Sequence[int] | None = None, forks: Any = None) -> TreeRollouts:
+    """The trees of ``tasks`` under the training (or, with ``evaluation``, the evaluation) settings; ``forks``:
+    SERA's rubric-stage fork groups (:attr:`~agentjax.train.runconfig.RunConfig.fork_collect`)."""
     config = run.eval_tree_collect if evaluation else run.tree_collect
     factory = world_factory(run.env, run.eval_kwargs if evaluation else run.env_kwargs, tokenizer=policy.tokenizer,
                             max_reply_tokens=config.max_response_tokens if config.constrained else None)
-    return run_trees(tasks, policy, factory, make_judge(run.env), config, key, task_indices=task_indices)
+    rubrics = None if evaluation else run.rubric_collect  # evaluation scores root outcomes only
+    return run_trees(tasks, policy, factory, make_judge(run.env), config, key, task_indices=task_indices,
+                     rubrics=rubrics, forks=forks)
+
+
+def _rubric_batch(run: RunConfig, rollouts: TreeRollouts, tokenizer: Any) -> tuple[Any, int]:
+    """The rubric rows of a rubric-stage collection (:func:`~agentjax.train.rubric_stage.rubric_rows`), padded to
+    ``micro_batch_size · 2^j`` rows, and that capacity."""
+    forks, co = run.fork_collect, run.collect
+    slots = run.train.rollout.num_groups * run.train.rollout.group_size * (forks.budget // forks.branches)
+    micro = run.train.micro_batch_size
+    capacity = batch_capacity(len(rollouts.forks), micro, -(-slots // micro) * micro)
+    rows = rubric_rows(rollouts, forks, prompt_len=co.max_prompt_tokens, response_len=run.tree.rubric_tokens,
+                       capacity=capacity, tokenizer=tokenizer, masked_logp=co.masked_logp,
+                       max_allowed=co.max_allowed, stop_token_ids=co.sampling.stop_token_ids)
+    return rows, capacity
 
 
 def _kind(task: Any) -> str:
@@ -241,7 +264,8 @@ def train_trees(run: RunConfig, *, resume: bool = False, stop_after: int | None 
             t0 = time.perf_counter()
             last_eval = _eval_point(t, 0)
             writer.write(0, update_metrics(eval=_scalars(last_eval)) | {"time/eval": time.perf_counter() - t0})
-        with ProgressBar(run.updates, completed=int(t.state.schedule.step), description=f"rao {run.env}",
+        with ProgressBar(run.updates, completed=int(t.state.schedule.step),
+                         description=f"{cfg.credit.method} {run.env}",
                          shown=("tree/root_success", "eval/success_rate", "train/loss"),
                          disable=not run.progress) as bar:
             while int(t.state.schedule.step) < run.updates and (stop_after is None or done < stop_after):
@@ -252,21 +276,29 @@ def train_trees(run: RunConfig, *, resume: bool = False, stop_after: int | None 
                 t.sampler.update_weights(t.model)
                 idx = task_stream(len(t.train_tasks), cfg.seed, int(t.state.data_position), ro.num_groups)
                 state, key = next_key(t.state)
-                rollouts = grow(run, [t.train_tasks[i] for i in idx], t.sampler, key, task_indices=idx)
+                forks = run.fork_collect if stage == "rubric" else None
+                rollouts = grow(run, [t.train_tasks[i] for i in idx], t.sampler, key, task_indices=idx, forks=forks)
                 rows = sum(len(n.turns) for tree in rollouts.trees for n in tree.nodes)
-                capacity = batch_capacity(rows, cfg.micro_batch_size, ro.rows)
-                batch = to_tree_batch(rollouts, run.tree_collect.replace(capacity=capacity))
                 stats = tree_stats(rollouts)
                 state = state.replace(data_position=state.data_position + 1)
                 with timer("credit"):
-                    credit = jax.block_until_ready(row_credit(batch, cfg.credit, stage,
-                                                              max_depth=tree_cfg.max_depth))
+                    if forks is None:
+                        capacity = batch_capacity(rows, cfg.micro_batch_size, ro.rows)
+                        steps = to_tree_batch(rollouts, run.tree_collect.replace(capacity=capacity))
+                        credit = jax.block_until_ready(row_credit(steps, cfg.credit, stage,
+                                                                  max_depth=tree_cfg.max_depth))
+                        steps = steps.steps
+                    else:  # SERA's rubric stage: one row per fork group's rubric completion
+                        steps, capacity = _rubric_batch(run, rollouts, t.tokenizer)
+                        credit = jax.block_until_ready(rubric_credit_rows(steps, cfg.credit,
+                                                                          max_depth=tree_cfg.max_depth))
+                        steps = steps.steps
                 state, key = next_key(state)
                 signal = bool(credit.sample.any())
                 metrics = {}
                 with timer("update"):
                     if signal:
-                        steps = batch.steps.replace(row_mask=credit.sample, response_mask=credit.token_mask)
+                        steps = steps.replace(row_mask=credit.sample, response_mask=credit.token_mask)
                         state, metrics = t.update(state, steps, credit.advantage)
                         metrics = jax.block_until_ready(metrics)
                     else:

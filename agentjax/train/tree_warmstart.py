@@ -8,6 +8,10 @@ run's own tree collector config, so every prompt is exactly what the policy read
 are the first ``WarmStart.episodes`` of a ``seed``-permutation of the train split; a task whose planner tree does
 not exist or does not fit (base items missing, a reply longer than ``response_len``) is skipped and counted.
 
+A SERA run (:attr:`~agentjax.train.runconfig.RunConfig.rubric_collect`) adds each child's reference rubric and
+grade (:func:`~agentjax.agents.rubric.reference_rubric`, :func:`~agentjax.agents.rubric.reference_grade` of its
+verifier label) as rows of their own prompts, so the policy learns both formats before RL.
+
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
 planner's reply must be among them (TextCraft-Synth: ``env_kwargs={"planner_replies": True}``), or the warm start
@@ -59,21 +63,25 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
     teach.with_world = True  # the collector passes each tree's world
 
     teaching = types.SimpleNamespace(tokenizer=tokenizer, generate=_no_sampling)  # the teacher replies
-    rollouts = run_trees(tasks, teaching, make_world, make_judge(run.env), config, jax.random.key(0), teacher=teach)
+    rollouts = run_trees(tasks, teaching, make_world, make_judge(run.env), config, jax.random.key(0), teacher=teach,
+                         rubrics=run.rubric_collect)
     stops, cache, rows = config.sampling.stop_token_ids, {}, []
+
+    def encoded(replies: Sequence[str]) -> list[list[int]]:
+        for r in replies:
+            if r not in cache:
+                cache[r] = list(tokenizer.encode(r, add_special_tokens=False))
+        return [cache[r] for r in replies]
+
     for tree in rollouts.trees:
         for node in tree.nodes:
             for turn in node.turns:
                 response = turn.response_ids.tolist()
                 choices = None
                 if config.masked_logp:
-                    replies = []
-                    for r in admissible[(tree.group, node.id, turn.step)]:
-                        if r not in cache:
-                            cache[r] = list(tokenizer.encode(r, add_special_tokens=False))
-                        replies.append(cache[r])
                     try:
-                        choices = constrained_choices(replies, stops, response)
+                        choices = constrained_choices(encoded(admissible[(tree.group, node.id, turn.step)]), stops,
+                                                      response)
                     except ValueError:
                         raise ValueError(f"tree warm start: the planner's reply {turn.reply.text!r} on task "
                                          f"{tree.task.task_id!r} is not among the node's admissible replies, so the "
@@ -81,6 +89,15 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
                                          "replies (textcraft_synth: env_kwargs planner_replies=True) or turn "
                                          "collect.masked_logp off") from None
                 rows.append((turn.prompt_ids.tolist(), response, choices))
+            for call in (node.rubric_call, node.grade_call):  # SERA: the reference rubric and grade of a child
+                if call is not None:
+                    response = call.response_ids.tolist()
+                    choices = (constrained_choices(encoded(call.choices), stops, response)
+                               if config.masked_logp and call.choices is not None else None)
+                    if config.masked_logp and choices is None:
+                        raise ValueError("tree warm start: with collect.masked_logp SERA's rubrics and grades must "
+                                         "be constrained too (tree.rubric_choices=True)")
+                    rows.append((call.prompt_ids.tolist(), response, choices))
     return rows
 
 

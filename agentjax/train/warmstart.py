@@ -192,7 +192,11 @@ def cache_key(run: RunConfig) -> str:
              [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
               co.sampling.max_new_tokens, co.sampling.stop_token_ids], run.tokenizer]
     if run.tree is not None:  # planner trees: the tree settings and the collector settings they are grown with
-        parts.append([dataclasses.asdict(run.tree), co.truncation, co.max_allowed])
+        tree = dataclasses.asdict(run.tree)
+        if run.rubric_collect is None:  # no rubric demonstrations: RAO's key is what it was before SERA's fields
+            for name in ("rubric_tokens", "grade_tokens", "rubric_choices"):
+                tree.pop(name)
+        parts.append([tree, co.truncation, co.max_allowed])
     return config_hash(*parts)
 
 
@@ -222,7 +226,9 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     episodes = min(ws.episodes, len(run.spec.tasks(run.spec.train_split)))
     ro = run.train.rollout
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
-    losses = supervised(model, rows, ws, ro.prompt_len, ro.response_len, loss, max_allowed=run.collect.max_allowed,
+    lr = ro.response_len if run.rubric_collect is None else max(ro.response_len, run.tree.rubric_tokens,
+                                                                 run.tree.grade_tokens)  # SERA: rubric rows
+    losses = supervised(model, rows, ws, ro.prompt_len, lr, loss, max_allowed=run.collect.max_allowed,
                         compact_bucket=TREE_COMPACT_BUCKET if run.tree is not None else None)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)

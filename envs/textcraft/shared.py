@@ -125,6 +125,14 @@ class SharedCraft:
         with self._lock:
             self._env.restore(snapshot)
 
+    def fork(self) -> SharedCraft:
+        """An isolated copy of this world as it is now: a fresh engine of the same kind with the same inventory
+        (SERA's counterfactual branches act on it without touching this one)."""
+        with self._lock:
+            twin = SharedCraft(type(self._env)(), self.task)
+            twin.restore(self.snapshot())
+            return twin
+
 
 def crafting_depth(book, item: str, memo: dict[str, int] | None = None) -> int:
     """0 for an item without a recipe, else 1 + the largest depth among the ingredients of its first recipe (the

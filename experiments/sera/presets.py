@@ -22,6 +22,11 @@ episode (the report logs both arms' turns per episode). The credit is each metho
 leave-one-out over the 4 trees of a task, depth weights, CISPO; GRPO: the episode return normalised in its group,
 the clipped PPO surrogate with GRPO's KL term).
 
+SERA (``sera``) is RAO's tree and policy with SERA's rubrics (the tiny preset's SERA: :data:`agentjax.train.presets.
+TINY_SERA`, two cycles of 3 execution, 1 decomposition and 1 rubric step, fork groups of 4 branches, the writer and
+grader choosing among fixed rubrics and grades under constrained decoding); its warm start adds the reference
+rubric and grade of every planner child to the planner trees' rows (its own cache).
+
 :func:`smoke_run` is the pipeline in a few minutes (tiny warm start, 2 updates); :func:`sync_run` is the
 TextWorld-Sync tiny RAO run (several agents on one shared world).
 """
@@ -38,7 +43,7 @@ from agentjax.train.runconfig import RunConfig, WarmStart
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 ENV = "textcraft_synth"
-METHODS = ("rao", "grpo")
+METHODS = ("rao", "grpo", "sera")
 SEEDS = (0, 1, 2)
 EVAL_SPLIT = "val_easy_medium"
 EVAL_TASKS = 16
@@ -59,10 +64,10 @@ def _common(run: RunConfig, method: str, seed: int, results: str, updates: int |
 
 
 def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:
-    """The tiny TextCraft-Synth run of ``method`` (``rao`` or ``grpo``) and training seed ``seed`` (module
+    """The tiny TextCraft-Synth run of ``method`` (``rao``, ``grpo`` or ``sera``) and training seed ``seed`` (module
     docstring); ``out_dir`` ``results/runs/tiny/<method>/seed<seed>``."""
-    if method == "rao":
-        return _common(preset("tiny", "rao", ENV), method, seed, results, updates)
+    if method in ("rao", "sera"):
+        return _common(preset("tiny", method, ENV), method, seed, results, updates)
     if method != "grpo":
         raise ValueError(f"the SERA tiny experiment compares {METHODS}, not {method!r}")
     run = preset("tiny", "grpo", ENV)

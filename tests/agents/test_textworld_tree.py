@@ -348,3 +348,38 @@ def test_tiny_qwen_grows_textworld_sync_trees_with_one_policy_call_per_turn(toke
     assert judge.metrics.requests == sum(len(t.nodes) - 1 for t in rollouts.trees)
     text = render_tree(rollouts.trees[0])
     assert text.startswith("tree 0 of task hand") and "turn 0" in text
+
+
+def test_fork_branches_act_on_clones_of_the_shared_world(tokenizer):
+    """SERA's fork groups on TextWorld-Sync: each branch of the delegated child is its engine agent (same place and
+    history) on an isolated clone of the world as the child found it; the main world sees only branch 0."""
+    from agentjax.rollout.tree_rubrics import ForkConfig, RubricConfig
+
+    def reply(tree, node):
+        if tree.fork is not None:  # branch 1 takes the carrot on its clone, then finishes
+            return ["<action>take carrot</action>", "<finish>took it</finish>"][len(node.turns)]
+        return {0: [delegate("Take the carrot."), "<finish>done</finish>"],
+                1: ["<action>go to garden</action>", "<finish>went</finish>"]}[node.id][len(node.turns)]
+
+    worlds = []
+
+    def factory(task):
+        worlds.append(TextWorldTreeWorld(task, config=TextWorldTreeConfig(budget=50)))
+        return worlds[-1]
+
+    rollouts = run_trees([hand_task()], teacher_only(tokenizer), factory, SyncVerifierJudge(), TEACH,
+                         jax.random.key(0), teacher=reply, rubrics=RubricConfig(), forks=ForkConfig(2, 2))
+    (group,) = rollouts.forks
+    (fork_tree,) = group.fork_trees
+    child, branch = group.branches
+    assert child is rollouts.trees[0].nodes[1] and branch is fork_tree.root and branch.intro == child.intro
+    (world,) = worlds  # the factory built the main world only; the branch acts on a clone
+    assert [a for a, _, _ in events(world)] == ["root/subagent-1"] and events(world)[0][1] == "go to garden"
+    assert [t.reply.text for t in branch.turns] == ["<action>take carrot</action>", "<finish>took it</finish>"]
+    assert branch.turns[0].valid and "carrot" in branch.turns[0].feedback
+    assert world.world.read(lambda s: "carrot" not in s.inventory)  # the main world never saw the take
+    assert child.rubric is not None and branch.rubric == child.rubric
+    # both are judged on their own world: the branch's clone holds the carrot it took (the goal's recipe wants it
+    # roasted and sliced too, so both fail), the main world's child never took it
+    assert "carrot is collected" in branch.judge_reason and "carrot is collected" not in child.judge_reason
+    assert (child.label, branch.label) == (0.0, 0.0) and group.arrays()[2].all()

@@ -30,7 +30,11 @@ def test_the_arms_are_matched():
     a, b = rao.train.rollout, grpo.train.rollout
     assert (a.num_groups, a.group_size) == (b.num_groups, b.group_size) and b.max_steps == FLAT_STEPS
     assert rao.out_dir != grpo.out_dir and rao.out_dir.endswith(os.path.join("rao", "seed1"))
-    for run in (rao, grpo, smoke_run("rao"), smoke_run("grpo"), sync_run()):
+    sera = tiny_run("sera", 1)
+    assert sera.train.model == rao.train.model and sera.train.optimizer == rao.train.optimizer
+    assert sera.tree == rao.tree and sera.train.rollout == rao.train.rollout and sera.rubric_collect.constrained
+    assert sera.warm_start.cache_dir not in (rao.warm_start.cache_dir, grpo.warm_start.cache_dir)
+    for run in (rao, grpo, sera, smoke_run("rao"), smoke_run("grpo"), smoke_run("sera"), sync_run()):
         run.check()
     assert sync_run().env == "textworld_sync" and sync_run().eval_kwargs["budget"] is None
 

@@ -202,3 +202,43 @@ def test_a_tiny_qwen_writes_and_grades_constrained_rubrics(tokenizer, tasks):
     stats = tree_stats(rollouts)
     assert stats["rubric/failures"] == 0 and stats["grade/failures"] == 0 and stats["rubric/calls"] >= 1
     assert any(c[2] for c in calls) and all(c[0] % 8 == 0 for c in calls)
+
+
+def test_fork_groups_branch_on_clones_and_leave_the_main_trees_untouched(tokenizer, tasks):
+    from agentjax.rollout.tree_rubrics import ForkConfig
+
+    planner = PlannerTeacher()
+
+    def teach(tree, node):  # odd branches idle (they fail), the rest follow the planner
+        if tree.fork is not None and tree.fork[2] % 2 == 1:
+            return "<python>\nview_inventory()\n</python>"
+        return planner(tree, node)
+
+    config = TEACH.replace(trees_per_task=1)
+    no_model = ScriptedPolicy(tokenizer, "")  # a teacher plays the nodes, reference rubrics and grades: no calls
+    plain = run_trees(tasks, no_model, TextCraftTreeWorld,
+                      ProgramJudge(), config, jax.random.key(0), teacher=teach, rubrics=RubricConfig())
+    forked = run_trees(tasks, no_model, TextCraftTreeWorld,
+                       ProgramJudge(), config, jax.random.key(0), teacher=teach, rubrics=RubricConfig(),
+                       forks=ForkConfig(branches=3, budget=6))
+    assert len(forked.trees) == len(plain.trees) == 2 and all(t.fork is None for t in forked.trees)
+    for a, b in zip(plain.trees, forked.trees, strict=True):  # branches ran on clones: the trees are the same
+        assert [[u.reply.text for u in n.turns] for n in a.nodes] == [[u.reply.text for u in n.turns] for n in b.nodes]
+        assert a.root_success == b.root_success
+    assert len(forked.forks) == 4  # budget 6 / 3 branches = 2 groups in each tree, for its first two children
+    for group in forked.forks:
+        tree = forked.trees[group.tree]
+        assert group.child in tree.nodes and group.child.id in (1, 2) and len(group.branches) == 3
+        assert group.child.rubric is not None and all(b.rubric == group.child.rubric for b in group.branches)
+        for branch, fork_tree in zip(group.branches[1:], group.fork_trees, strict=True):
+            assert fork_tree.root is branch and fork_tree.fork[:2] == (group.tree, group.child.id)
+            assert (branch.depth, branch.goal, branch.intro) == (group.child.depth, group.child.goal,
+                                                                 group.child.intro)
+        score, label, valid = group.arrays()
+        assert label.tolist() == [True, False, True] and valid.all()  # graded, or 0 for the idle branch
+        assert score[0] > 0 and score[1] == 0 and score[2] > 0
+    others = [n for t in forked.trees for n in t.nodes[1:] if all(n is not g.child for g in forked.forks)]
+    assert others and all(n.rubric is None and n.score is None for n in others)  # rubric stage: fork groups only
+    stats = tree_stats(forked)
+    assert stats["fork/groups"] == 4 and stats["fork/mixed"] == 1.0 and stats["fork/graded"] == 1.0
+    assert stats["rubric/requests"] == 4 and no_model.calls == []

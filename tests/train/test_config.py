@@ -23,10 +23,15 @@ from agentjax.train import (
     credit_for,
     make_schedule,
 )
+from agentjax.train.config import RAOCredit, SERACredit
 
 
 def test_method_defaults_are_the_papers():
-    assert sorted(CREDIT_METHODS) == ["crbc", "gigpo", "graphgpo", "grpo", "hgpo", "ppo", "rao", "rloo"]
+    assert sorted(CREDIT_METHODS) == ["crbc", "gigpo", "graphgpo", "grpo", "hgpo", "ppo", "rao", "rloo", "sera"]
+    sera = SERACredit()  # the released settings: 16 : 2 : 2, fork-8 on 16 forked environments, margin 0.2
+    assert (sera.stages, sera.branches, sera.fork_budget, sera.margin, sera.reading) == ((16, 2, 2), 8, 16, 0.2,
+                                                                                         "final")
+    assert (sera.baseline, sera.clip_low, sera.clip_high) == (RAOCredit().baseline, 0.0, 5.0)
     assert CRBCCredit() == CRBCCredit(beta=0.98, depth=None, w_traj=1.0, w_step=5.0, sigma_min=0.1)
     assert (GiGPOCredit().gamma, GiGPOCredit().step_weight, GiGPOCredit().mode) == (0.95, 1.0, "mean_std_norm")
     assert (HGPOCredit().history, HGPOCredit().alpha) == (2, 1.0)

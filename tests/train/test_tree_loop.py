@@ -190,3 +190,51 @@ def test_bad_world_kwargs_are_caught_by_check():
         tiny_tree().replace(env_kwargs={"budget": 3}).check()
     with pytest.raises(ValueError, match="eval_env_kwargs"):
         tiny_tree().replace(eval_env_kwargs={"nope": 1}).check()
+
+
+def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
+    """SERA (stages 1 : 1 : 0): children's rewards are their parents' rubric scores (constrained rubric choices and
+    grades of the tiny policy), the rubric and grading calls are counted in every metrics line, and the saved trees
+    carry the rubrics."""
+    from agentjax.train.config import SERACredit
+
+    tree = dataclasses.replace(TREE, rubric_tokens=320, grade_tokens=96, rubric_choices=True)
+    run = small_run(tmp_path, eval_every=0, checkpoint_every=0, tree=tree)
+    run = run.replace(train=run.train.replace(credit=SERACredit(stages=(1, 1, 0), filter_zero_variance=False)))
+    assert run.rubric_collect.constrained and run.rubric_collect.reading == "final"
+    summary = loop.train(run)
+    lines = read_metrics(tmp_path)
+    assert summary["optimizer_steps"] == 2
+    for line in lines:
+        assert {"rubric/requests", "rubric/failures", "grade/requests", "grade/agreement", "time/rubric"} <= set(line)
+        assert line["rubric/failures"] == 0 and line["grade/failures"] == 0  # constrained: always well formed
+    assert sum(line["rubric/requests"] for line in lines) >= 1 and sum(line["rubric/calls"] for line in lines) >= 1
+    info, trees = load_trees(str(tmp_path))
+    assert all(t.child_reward == "score" for t in trees)
+    children = [n for t in trees for n in t.nodes[1:]]
+    assert children and all(n.rubric is not None for n in children)
+    assert all(n.score is not None or (n.grade is None and not n.finished) for n in children)
+
+
+def test_sera_warm_start_rows_teach_the_rubric_and_grade_formats(tmp_path):
+    from agentjax.agents.rubric import grade_choices, parse_rubric, rubric_choices
+    from agentjax.models import load_tokenizer
+    from agentjax.train.config import SERACredit
+    from agentjax.train.tree_warmstart import tree_demonstrations
+
+    run = preset("tiny", "sera", "textcraft_synth").replace(out_dir=str(tmp_path), warm_start=WarmStart(
+        episodes=2, steps=1, batch_size=2))
+    assert isinstance(run.train.credit, SERACredit) and run.train.credit.stages == (3, 1, 1)
+    tokenizer = load_tokenizer()
+    rows = tree_demonstrations(run, tokenizer)
+    texts = [tokenizer.decode(r[:-1]) for _, r, _ in rows]
+    rubrics = [t for t in texts if t.startswith('{"criteria"')]
+    grades = [t for t in texts if t.startswith('{"success"')]
+    assert rubrics and len(grades) == len(rubrics)  # planner children all finish: each is graded
+    for text in rubrics:
+        rubric = parse_rubric(text)  # the teacher writes the first of the rubric choices
+        goal = rubric.criteria[0].description.removeprefix("the subtask is done: ")
+        assert text == rubric_choices(goal, run.train.rollout.max_steps)[0]
+        assert any(g in grade_choices(rubric) for g in grades)
+    for _, response, choices in rows:  # every row is what the constrained decoder could emit
+        assert all(t in c for t, c in zip(response, choices, strict=True))
