@@ -164,6 +164,7 @@ def test_saved_trees_keep_rubrics_grades_and_scores(tokenizer, tasks):
     assert render_tree(back) == render_tree(tree)
 
 
+@pytest.mark.slow  # a sampler compile at rubric lengths; the tree loop's SERA test covers the same path
 def test_a_tiny_qwen_writes_and_grades_constrained_rubrics(tokenizer, tasks):
     from flax import nnx
 

@@ -80,3 +80,61 @@ def test_paper_preset_runs_one_rao_update_on_8_fake_devices(tmp_path, monkeypatc
     assert {len(x.sharding.device_set) for x in jax.tree.leaves(summary["params"])} == {8}
     config = json.load(open(tmp_path / "run_config.json"))
     assert config["mesh"] == [8, 1] and config["train"]["credit"]["method"] == "rao"
+
+
+def test_paper_sera_preset_mirrors_the_released_configs():
+    from agentjax.train.config import SERACredit
+
+    run = paper_tree("sera", "textcraft_synth")
+    credit = run.train.credit
+    assert isinstance(credit, SERACredit) and credit.stages == (16, 2, 2) and run.updates == 250
+    assert (credit.branches, credit.fork_budget, credit.margin, credit.reading) == (8, 16, 0.2, "final")
+    assert run.rubric_collect.writing.temperature == 1.0 and run.rubric_collect.grading.temperature == 0.0
+    assert not run.rubric_collect.constrained and run.fork_collect.branches == 8
+    assert paper_tree("sera", "textworld_sync", stages=(16, 0, 2)).train.credit.stages == (16, 0, 2)  # w/o D
+
+
+@pytest.mark.slow
+def test_paper_sera_preset_runs_one_step_of_each_stage_on_8_fake_devices(tmp_path, monkeypatch):
+    """Three optimizer steps of the SERA trainer on the paper preset's (8, 1) mesh, one per stage (1 : 1 : 1):
+    execution, decomposition and rubric. The shrunken random policy decodes under the world's constraint (so it
+    delegates, and its children get rubrics and fork groups) and writes constrained rubrics; its branches all fail,
+    so no fork group is mixed: the test gives every sampled row advantage 1 to run each stage's sharded CISPO step."""
+    from agentjax.train.config import SERACredit
+    from agentjax.train.tree_credit import STAGE_ROLES
+
+    assert jax.device_count() == 8, "tests/conftest.py fakes 8 CPU devices"
+    run = paper_tree("sera", "textcraft_synth")
+    credit = SERACredit(stages=(1, 1, 1), filter_zero_variance=False, branches=2, fork_budget=2)
+    run = run.replace(train=run.train.replace(model=ModelConfig(SHRUNK), credit=credit), require_pretrained=False,
+                      env_kwargs={"show_recipes": False},
+                      tree=dataclasses.replace(run.tree, max_depth=1, max_nodes=4, rubric_tokens=320,
+                                               grade_tokens=96, rubric_choices=True, max_skipped_batches=8))
+    run = run.with_sizes(num_groups=1, group_size=2, max_steps=3, prompt_len=1024, response_len=48, capacity=64)
+    sampling = dataclasses.replace(run.collect.sampling, prompt_bucket=1024)
+    run = run.replace(updates=3, eval_every=0, checkpoint_every=3, progress=False, out_dir=str(tmp_path),
+                      collect=run.collect.replace(batch_bucket=8, sampling=sampling, constrained=True))
+    loop = agentjax.train.tree_loop
+    row_credit, rubric_credit = loop.row_credit, loop.rubric_credit_rows
+
+    def every_row(batch, credit, stage, **kwargs):  # the stage's role tokens of every real row, advantage 1
+        c, real = row_credit(batch, credit, stage, **kwargs), batch.steps.row_mask
+        return c.replace(advantage=jnp.where(real, 1.0, 0.0), sample=real,
+                         token_mask=batch.role_mask(STAGE_ROLES[stage]) & real[:, None])
+
+    def every_rubric(rows, credit, **kwargs):  # every rubric row, advantage 1
+        c, real = rubric_credit(rows, credit, **kwargs), rows.steps.row_mask
+        return c.replace(advantage=jnp.where(real, 1.0, 0.0), sample=real,
+                         token_mask=rows.steps.response_mask & real[:, None])
+
+    monkeypatch.setattr(loop, "row_credit", every_row)
+    monkeypatch.setattr(loop, "rubric_credit_rows", every_rubric)
+    summary = train(run)
+    from agentjax.train.metrics import read_metrics
+
+    lines = read_metrics(tmp_path)
+    trained = [x for x in lines if not x["schedule/no_signal"]]
+    assert summary["optimizer_steps"] == 3 and [x["schedule/stage"] for x in trained] == [0, 1, 2]
+    assert all(math.isfinite(x["train/loss"]) and x["train/skipped"] == 0 for x in trained)
+    assert trained[2]["fork/groups"] >= 1 and trained[2]["rubric/failures"] == 0
+    assert {len(x.sharding.device_set) for x in jax.tree.leaves(summary["params"])} == {8}
