@@ -233,6 +233,19 @@ class Tree:
             node = self.nodes[node.parent]
         return self.origin_path + tuple(reversed(ranks))
 
+    def leaf_coverage(self, children: Sequence[int]) -> float | None:
+        """SERA's decomposition reward of a launch event that spawned ``children`` (METHODS.md "SERA" 4; the jitted
+        kernel is :func:`agentjax.credit.sera.leaf_coverage`): ``R_root · |leaves under the children| / |leaves|``,
+        0 for an attempt that spawned nothing; None while the root's outcome is unknown (for printing)."""
+        if self.root_success is None:
+            return None
+        under, stack = 0, list(children)
+        while stack:
+            node = self.nodes[stack.pop()]
+            under += not node.children
+            stack.extend(node.children)
+        return float(self.root_success) * under / len(self.leaves())
+
     def leaves(self) -> list[Node]:
         return [n for n in self.nodes if not n.children]
 
@@ -328,10 +341,12 @@ def _clip(text: str, limit: int) -> str:
 
 
 def render_tree(tree: Tree, *, rewards: Mapping[int, float] | None = None, max_chars: int = 160) -> str:
-    """The tree as indented text: who delegated what, each node's replies (and what followed) and its reward.
+    """The tree as indented text: who delegated what, each node's replies (and what followed) and its rewards.
 
-    ``rewards`` (node id -> value) overrides the printed reward (e.g. SERA's rubric-graded rewards); by default
-    RAO's: the root's environment outcome, a child's verifier label. Texts are clipped to ``max_chars``.
+    A node's execution reward is the root's environment outcome, a child's verifier label (RAO) or rubric score
+    (SERA, shown with its rubric, grade and label); a delegating turn shows its launch event's leaf coverage (the
+    decomposition reward). ``rewards`` (node id -> value) overrides the printed execution reward. Texts are clipped
+    to ``max_chars``.
     """
     root = tree.root
     nodes = len(tree.nodes)
@@ -360,6 +375,8 @@ def render_tree(tree: Tree, *, rewards: Mapping[int, float] | None = None, max_c
         for turn in node.turns:
             kind = turn.reply.kind + ("" if turn.valid or turn.reply.kind == "invalid" else ", refused")
             launched = f" -> {', '.join(f'[{c}]' for c in turn.children)}" if turn.children else ""
+            if turn.event >= 0 and (coverage := tree.leaf_coverage(turn.children)) is not None:
+                launched += f", leaf coverage {coverage:.3g}"
             lines.append(f"{pad}  turn {turn.step} ({kind}{launched}): {_clip(turn.reply.text, max_chars)}")
             for c in turn.children:  # the children, under the turn that launched them
                 visit(tree.nodes[c])

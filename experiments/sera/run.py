@@ -11,8 +11,9 @@
 The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``): ``results/tiny_results.md`` /
 ``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
 difference to GRPO; :mod:`experiments.crbc.report`), ``results/tiny_shape.md`` (what the agents did per batch:
-turns, nodes, delegation, invalid replies, child label rate) and ``results/example_tree.txt``, one tree of the last
-RAO batch as text (``agentjax trees --run <run dir>`` prints any saved tree).
+turns, nodes, delegation, invalid replies, child label rate) and ``results/example_tree.txt`` /
+``example_tree_sera.txt``, one tree of the last RAO / SERA batch as text (``agentjax trees --run <run dir>``
+prints any saved tree).
 """
 
 from __future__ import annotations
@@ -76,13 +77,14 @@ def shape_table(runs: Runs) -> str:
     return "\n".join(rows) + "\n"
 
 
-def example_tree(runs: Runs, path: str) -> str | None:
-    """The first tree of the last saved batch of the first RAO run that has one, as text, to ``path``."""
+def example_tree(runs: Runs, path: str, method_wanted: str = "rao") -> str | None:
+    """The first tree of the last saved batch of the first run of ``method_wanted`` that has one, as text, to
+    ``path``."""
     from agentjax.agents.tree import render_tree
     from agentjax.train.tree_loop import load_trees
 
     for (method, seed), run in runs.items():
-        if run.tree is None or not os.path.isdir(os.path.join(run.out_dir, "trees")):
+        if method != method_wanted or not os.path.isdir(os.path.join(run.out_dir, "trees")):
             continue
         info, trees = load_trees(run.out_dir)
         if not trees:
@@ -113,6 +115,10 @@ def report(runs: Runs, folder: str, name: str) -> dict:
         f.write(f"# What the agents did per batch ({name}; mean over batches, ± SE over seeds)\n\n" + shape)
     print(shape)
     tree = example_tree(runs, os.path.join(folder, "example_tree.txt" if name == "tiny" else f"{name}_tree.txt"))
+    if tree:
+        print(tree[:3000])
+    tree = example_tree(runs, os.path.join(folder, f"example_tree_sera{'' if name == 'tiny' else '_' + name}.txt"),
+                        "sera")  # SERA's: each child's rubric, grade and label
     if tree:
         print(tree[:3000])
     return table

@@ -161,10 +161,17 @@ def test_tree_arrays_and_events_match_the_trees(planned):
 
 
 def test_render_a_collected_tree(planned):
-    rollouts, _, _ = planned
+    rollouts, batch, _ = planned
     text = render_tree(rollouts.trees[0])
     assert text.startswith("tree 0 of task textcraft_synth.val.") and "root success" in text
     assert "delegated by [0] at its turn" in text and "reward 1 (verifier)" in text and "launch_subagent" in text
+    assert "leaf coverage" in text
+    for t, tree in enumerate(rollouts.trees):  # the printed leaf coverage is the decomposition kernel's reward
+        cover = sera.leaf_coverage(batch.trees.parent_tq[t], batch.trees.node_mask_tq[t], batch.trees.event_tq[t],
+                                   batch.trees.event_node_te[t], batch.trees.root_success_t[t].astype(np.float32))
+        for e, (node, step) in enumerate(tree.events):
+            want = tree.leaf_coverage(tree.nodes[node].turns[step].children)
+            np.testing.assert_allclose(float(cover.reward_e[e]), want, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------ scripted runs
