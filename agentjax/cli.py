@@ -9,6 +9,7 @@
                    [--sero] [--sero.FIELD VALUE ...]
     agentjax train --method {rao,sera} --env {textcraft_synth,textworld_sync} --preset {tiny,paper-4b} [...]
     agentjax eval --checkpoint RUN_DIR [--step N] [--tasks N] [--seeds N] [--temperature T]
+                  [--search N] [--grader {policy,initial}]
     agentjax trees --run RUN_DIR [--update N] [--eval] [--tree I] [--max-chars N] [--list]
     agentjax data [--mirror URL] [--only DATASET ...] [--dest DIR] [--verify]
 
@@ -236,13 +237,18 @@ def _eval(argv: Sequence[str]) -> int:
     parser.add_argument("--tasks", type=int, help="evaluate the first N tasks of the eval split")
     parser.add_argument("--seeds", type=int, help="sampled rollouts per task")
     parser.add_argument("--temperature", type=float, help="sampling temperature (0: greedy, with --seeds 1)")
+    parser.add_argument("--search", type=int, help="SERA runs: rubric-guided search with N candidates per delegated "
+                        "child (0: off)")
+    parser.add_argument("--grader", choices=("policy", "initial"), default="policy",
+                        help="who writes and grades the search's rubrics: the checkpoint, or the run's initial "
+                        "policy (the untrained-grader control)")
     args = parser.parse_args(argv)
     from agentjax.train.loop import evaluate_checkpoint, find_run
 
     try:
         find_run(args.checkpoint)
         result = evaluate_checkpoint(args.checkpoint, step=args.step, tasks=args.tasks, seeds=args.seeds,
-                                     temperature=args.temperature)
+                                     temperature=args.temperature, search=args.search, grader=args.grader)
     except (ValueError, FileNotFoundError) as e:
         return _fail(prog, e)
     print(json.dumps(result, indent=1))

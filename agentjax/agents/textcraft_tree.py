@@ -122,6 +122,10 @@ class TextCraftTreeWorld:
         twin.world = self.world.fork()
         return twin
 
+    def adopt(self, twin: TextCraftTreeWorld) -> None:
+        """Takes over ``twin``'s whole state (rubric-guided search commits the chosen candidate's world)."""
+        self.world.restore(twin.world.snapshot())
+
     # -- checks -------------------------------------------------------------------------------------------------------
     def judge_request(self, node: Node) -> JudgeRequest:
         trajectory = "\n".join(f"{t.reply.text}\n=> {t.feedback}" for t in node.turns)

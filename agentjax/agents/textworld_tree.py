@@ -207,6 +207,11 @@ class TextWorldTreeWorld:
         twin.agents = {0: self.agents[node.id]}
         return twin
 
+    def adopt(self, twin: TextWorldTreeWorld) -> None:
+        """Takes over ``twin``'s whole state — inventory, objects, every agent's place and history, the shared step
+        count (rubric-guided search commits the chosen candidate's world)."""
+        self.world.restore(twin.world.snapshot())
+
     def ended(self) -> str:
         """Why the shared world has ended for every agent ("" while it runs)."""
         with self.world.locked() as s:

@@ -43,6 +43,8 @@ class Status(enum.Enum):
     EXHAUSTED = "exhausted"  # spent its budget without finishing
     CUT = "cut"  # stopped by the collector's turn cap
     ENDED = "ended"  # its shared world ended (TextWorld-Sync: task done or failed, or the shared step budget spent)
+    QUEUED = "queued"  # rubric-guided search: waits for its siblings before it (one searched delegation at a time)
+    SEARCHING = "searching"  # rubric-guided search: its candidate subtrees run on clones of the world
 
     @property
     def stopped(self) -> bool:
@@ -161,6 +163,7 @@ class Tree:
     fork: tuple[int, int, int] | None = None  # SERA fork tree: (main tree slot, committed child id, branch >= 1)
     forked_envs: int = 0  # SERA: forked environments used by this (main) tree's fork groups, branch 0 included
     origin_path: tuple[int, ...] = ()  # a fork tree: the ranks from its main tree's root to the node its root plays
+    search: bool = False  # a candidate tree of rubric-guided search (its root is graded, not judged)
 
     @property
     def root(self) -> Node:

@@ -72,6 +72,7 @@ from agentjax.rollout.tree_rubrics import (
     scripted_output,
     write_rubrics,
 )
+from agentjax.rollout.tree_search import NOT_RUN, SearchConfig, SearchGroup, commit, open_search, search_stats, select
 from envs.base import Task
 
 Teacher = Callable[..., str]  # teacher(tree, node) -> reply; teacher(tree, node, world) when teacher.with_world
@@ -142,6 +143,8 @@ class TreeRollouts:
 
     trees: tuple[Tree, ...]  # the main trees (fork trees are in ``forks``)
     forks: tuple[ForkGroup, ...]  # SERA's fork groups (rubric stage), in the order they opened
+    searches: tuple[SearchGroup, ...]  # rubric-guided search's groups (inference), in the order they opened
+    searches_not_run: int  # children past the search's fork cap (not run)
     num_groups: int
     trees_per_task: int
     live_per_call: tuple[int, ...]  # live nodes of each turn (one policy call each, none with a teacher)
@@ -223,6 +226,7 @@ def _children_results(tree: Tree, parent: Node) -> str:
         what = (f"finished: {child.finish_message}" if child.finished else
                 "stopped without finishing (its budget ran out)" if child.status is Status.EXHAUSTED else
                 "stopped without finishing (the shared world ended)" if child.status is Status.ENDED else
+                NOT_RUN if child.finish_message == NOT_RUN else
                 "was stopped")
         lines.append(f"[{child.rank + 1}] {child.goal.text.splitlines()[0]} -> {what}")
     return "\n".join(lines)
@@ -240,6 +244,8 @@ def run_trees(
     task_indices: Sequence[int] | None = None,
     rubrics: RubricConfig | None = None,
     forks: ForkConfig | None = None,
+    search: SearchConfig | None = None,
+    grader: Policy | None = None,
 ) -> TreeRollouts:
     """The tree loop of :func:`collect_trees` (module docstring), returning host records.
 
@@ -259,12 +265,20 @@ def run_trees(
         budget lasts (:func:`~agentjax.rollout.tree_rubrics.open_fork_group`; its branches run as fork trees in the
         same policy calls), and only fork groups get a rubric (the child's, frozen before any branch starts) and
         grades (each branch, after it stopped and was labelled); ``TreeRollouts.forks`` holds them.
+      search: SERA's rubric-guided search at inference (needs ``rubrics``; :mod:`agentjax.rollout.tree_search`):
+        delegated children resolved one at a time, each as N candidate subtrees on clones, the best-graded one
+        committed; ``TreeRollouts.searches`` holds the groups.
+      grader: the policy that writes and grades rubrics (default ``policy``; the paper's untrained-grader control).
     """
     t_start = time.perf_counter()
     if not tasks:
         raise ValueError("collect_trees: no tasks")
-    if forks is not None and rubrics is None:
-        raise ValueError("collect_trees: fork groups are graded with rubrics; give rubrics=RubricConfig(...)")
+    if (forks is not None or search is not None) and rubrics is None:
+        raise ValueError("collect_trees: fork groups and search candidates are graded with rubrics; give "
+                         "rubrics=RubricConfig(...)")
+    if forks is not None and search is not None:
+        raise ValueError("collect_trees: fork groups (training) and search (inference) do not mix")
+    grader = policy if grader is None else grader
     tokenizer = _tokenizer_of(policy)
     limits, k_size = config.limits, config.trees_per_task
     task_index = list(range(len(tasks))) if task_indices is None else [int(i) for i in task_indices]
@@ -277,6 +291,10 @@ def run_trees(
     prompt_s = generate_s = env_s = judge_s = rubric_s = 0.0
     counters = RubricCounters()
     groups: list[ForkGroup] = []
+    searches: list[SearchGroup] = []
+    searched: dict[int, int] = {}  # candidates created per main tree (the search's fork cap)
+    not_run = 0
+    launched: list[tuple[TreeWorld, Tree, Node]] = []  # children whose rubric is due this turn
     scripted = rubrics is not None and (teacher is not None if rubrics.scripted is None else rubrics.scripted)
 
     t0 = time.perf_counter()
@@ -298,9 +316,10 @@ def run_trees(
     def stop(t: int, node: Node, status: Status) -> None:
         trees[t].stop(node, status)
         worlds[t].end(node)
-        if trees[t].fork is not None:  # a fork tree: its root is a branch of a fork group, labelled like a child
-            if node.parent == NO_PARENT:
-                requests.append((trees[t], node, worlds[t].judge_request(node)))
+        if trees[t].fork is not None and node.parent == NO_PARENT:  # a branch or candidate: labelled like a child
+            requests.append((trees[t], node, worlds[t].judge_request(node)))
+        elif trees[t].fork is not None and not trees[t].search:  # inside a fork group's branch: not judged
+            pass
         elif node.parent == NO_PARENT:
             trees[t].root_success = bool(worlds[t].root_success(trees[t]))
         else:
@@ -314,10 +333,11 @@ def run_trees(
             for (_, node, _), v in zip(requests, verdicts, strict=True):
                 node.label, node.judge_reason = (float(v.success) if v.ok else None), v.reason
             judge_s += time.perf_counter() - t0
-            if rubrics is not None:  # after the labels: a teacher's grades follow them (forks: the branches only)
+            if rubrics is not None and search is None:  # after the labels: a teacher's grades follow them (forks:
+                # the branches only; search grades its candidates by group)
                 t0 = time.perf_counter()
                 jobs = [(node, r) for _, node, r in requests if forks is None or node.rubric is not None]
-                grade_children(policy, tokenizer, jobs, rubrics,
+                grade_children(grader, tokenizer, jobs, rubrics,
                                jax.random.fold_in(key, 2 * config.max_turns + turn), counters,
                                teacher=scripted)
                 rubric_s += time.perf_counter() - t0
@@ -346,6 +366,52 @@ def run_trees(
                 resume(t, node)
             if not node.status.stopped:
                 stop(t, node, Status.ENDED)
+
+    def start_next(t: int, parent: Node) -> None:
+        """Search: the parent's first queued child begins and opens its candidates (or is not run past the cap)."""
+        nonlocal not_run
+        for c in parent.waiting_on:
+            child = trees[t].nodes[c]
+            if child.status is not Status.QUEUED:
+                continue
+            child.intro = worlds[t].begin(child)
+            main = t if trees[t].fork is None else trees[t].fork[0]
+            opened = open_search(t, main, trees[t], worlds[t], child, search, searched)
+            if opened is None:
+                child.finish_message = NOT_RUN
+                stop(t, child, Status.CUT)
+                not_run += 1
+                continue
+            searches.append(opened[0])
+            launched.append((worlds[t], trees[t], child))
+            for candidate, twin in opened[1]:
+                trees.append(candidate)
+                worlds.append(twin)
+            return
+
+    def advance_searches(turn: int) -> None:
+        """Search: grade the complete groups (one batched call), commit each winner, start the next children."""
+        nonlocal rubric_s
+        judge_stopped(turn)  # the candidates' labels first (diagnostics; a scripted grade follows them)
+        ready = [g for g in searches if g.ready]
+        if not ready:
+            return
+        t0 = time.perf_counter()
+        slot = {id(tr): i for i, tr in enumerate(trees)}
+        jobs = [(root, worlds[slot[id(tr)]].judge_request(root)) for g in ready for tr, root in zip(g.trees, g.roots,
+                                                                                                     strict=True)]
+        grade_children(grader, tokenizer, [(n, r) for n, r in jobs if n.rubric is not None], rubrics,
+                       jax.random.fold_in(key, 3 * config.max_turns + turn), counters, teacher=scripted)
+        rubric_s += time.perf_counter() - t0
+        for group in ready:
+            select(group)
+            child, t = group.child, group.tree
+            if child.status.stopped:  # its world ended or the turn cap came first: nothing to commit
+                group.reason = group.reason or f"the child was {child.status.value} before its candidates ended"
+                continue
+            commit(group, worlds[t])
+            stop(t, child, child.status)
+            start_next(t, trees[t].nodes[child.parent])
 
     def ask_teacher(t: int, node: Node) -> str:
         if getattr(teacher, "with_world", False):
@@ -393,7 +459,7 @@ def run_trees(
 
         # 3. replies, node by node
         t0 = time.perf_counter()
-        launched: list[tuple[TreeWorld, Tree, Node]] = []  # children of this turn, for their rubrics
+        launched.clear()  # children of this turn, for their rubrics
         for i, (t, node) in enumerate(live):
             tree, world = trees[t], worlds[t]
             if teacher is not None and ended(t):  # nothing was sampled: a teacher is not asked once the world ended
@@ -449,7 +515,11 @@ def run_trees(
                 else:
                     budgets = [d.max_steps or limits.max_steps for d in reply.delegations]
                     children = tree.spawn(node, goals, budgets, event)
-                    for child in children:
+                    for child in children if search is not None else ():  # one at a time, each searched
+                        child.status = Status.QUEUED
+                    if search is not None:
+                        start_next(t, node)
+                    for child in children if search is None else ():
                         child.intro = world.begin(child)
                         if forks is None:
                             launched.append((world, tree, child))
@@ -468,13 +538,18 @@ def run_trees(
                 stop(t, node, Status.EXHAUSTED)
 
         env_s += time.perf_counter() - t0
+        if search is not None:
+            advance_searches(turn)
         if rubrics is not None and launched:  # SERA: every child's rubric, frozen before its first turn
             t1 = time.perf_counter()
-            write_rubrics(policy, tokenizer, launched, rubrics, jax.random.fold_in(key, config.max_turns + turn),
+            write_rubrics(grader, tokenizer, launched, rubrics, jax.random.fold_in(key, config.max_turns + turn),
                           counters, teacher=scripted)
             for group in groups:  # every branch is graded with the committed child's frozen rubric
                 for branch in group.branches[1:]:
                     branch.rubric = group.child.rubric
+            for search_group in searches:  # every candidate with its child's rubric
+                for root in search_group.roots:
+                    root.rubric = search_group.child.rubric
             rubric_s += time.perf_counter() - t1
         t0 = time.perf_counter()
 
@@ -508,7 +583,8 @@ def run_trees(
             tree.root.turns[-1].reward += config.success_reward
     metrics = dict(getattr(getattr(judge, "metrics", None), "as_dict", dict)())
     main = tuple(tree for tree in trees if tree.fork is None)
-    return TreeRollouts(trees=main, forks=tuple(groups), num_groups=len(tasks), trees_per_task=k_size,
+    return TreeRollouts(trees=main, forks=tuple(groups), searches=tuple(searches), searches_not_run=not_run,
+                        num_groups=len(tasks), trees_per_task=k_size,
                         live_per_call=tuple(live_per_call), padded_per_call=tuple(padded_per_call),
                         judge_metrics=metrics, rubric_metrics=counters.as_dict() if rubrics is not None else {},
                         prompt_seconds=prompt_s, generate_seconds=generate_s, env_seconds=env_s,
@@ -625,6 +701,8 @@ def tree_stats(rollouts: TreeRollouts) -> dict[str, float]:
                 "fork/branch_success": float(np.mean(np.concatenate([lab for _, lab, _ in arrays]))),
                 "fork/graded": float(np.mean(np.concatenate(valid))),
                 "fork/mixed": float(np.mean([lab[v].any() and not lab[v].all() for _, lab, v in arrays]))}
+    if rollouts.searches or rollouts.searches_not_run:
+        out |= search_stats(list(rollouts.searches), rollouts.searches_not_run)
     return out | dict(rollouts.judge_metrics) | dict(rollouts.rubric_metrics)
 
 
@@ -640,11 +718,12 @@ def collect_trees(
     task_indices: Sequence[int] | None = None,
     rubrics: RubricConfig | None = None,
     forks: ForkConfig | None = None,
+    search: SearchConfig | None = None,
 ) -> tuple[TreeBatch, dict[str, float]]:
     """``K`` trees per task as a :class:`TreeBatch` and :func:`tree_stats` (arguments: :func:`run_trees`). Use
     :func:`run_trees` directly to keep the host records (texts, e.g. for :func:`~agentjax.agents.tree.render_tree`)."""
     rollouts = run_trees(tasks, policy, world_factory, judge, config, key, teacher=teacher, task_indices=task_indices,
-                         rubrics=rubrics, forks=forks)
+                         rubrics=rubrics, forks=forks, search=search)
     return to_tree_batch(rollouts, config), tree_stats(rollouts)
 
 

@@ -431,9 +431,13 @@ def find_run(path: str) -> tuple[str, int | None]:
 
 
 def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None = None, seeds: int | None = None,
-                        temperature: float | None = None) -> dict[str, Any]:
+                        temperature: float | None = None, search: int | None = None,
+                        grader: str = "policy") -> dict[str, Any]:
     """Evaluate a saved run's checkpoint (newest that restores, or ``step``) on its eval split; the run config is
-    read from the checkpoint. Writes ``<out_dir>/eval_<step>.json`` and returns it."""
+    read from the checkpoint. Writes ``<out_dir>/eval_<step>.json`` and returns it. A SERA run may evaluate with
+    rubric-guided search (``search`` candidates per delegated child), its rubrics written and graded by the
+    checkpoint (``grader="policy"``) or by the run's initial policy — its warm start, or its starting weights —
+    (``"initial"``: the paper's untrained-grader control)."""
     out_dir, found = find_run(path)
     step = step if step is not None else found
     with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as probe:
@@ -451,6 +455,10 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
         changes["eval_seeds"] = seeds
     if temperature is not None:
         changes["eval_temperature"] = temperature
+    if search is not None:
+        changes["eval_search"] = search
+    if grader not in ("policy", "initial"):
+        raise ValueError(f"grader is 'policy' or 'initial', got {grader!r}")
     run = run.replace(**changes)
     run.check()
     spec = run.spec
@@ -465,7 +473,12 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     if run.tree is not None:  # root success of the trees
         from agentjax.train.tree_loop import evaluate_trees
 
-        result, _ = evaluate_trees(run, eval_tasks, Sampler(model, tokenizer), eval_key(run.train.seed))
+        judge = None
+        if grader == "initial":
+            if not run.eval_search:
+                raise ValueError("grader='initial' grades rubric-guided search: give search (e.g. 2)")
+            judge = Sampler(build_model(run, tokenizer, mesh), tokenizer)
+        result, _ = evaluate_trees(run, eval_tasks, Sampler(model, tokenizer), eval_key(run.train.seed), grader=judge)
     else:
         pool = make_pool(run, evaluation=True)
         try:

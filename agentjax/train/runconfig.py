@@ -205,6 +205,8 @@ class RunConfig:
       eval_seeds: sampled rollouts per eval task (one per seed; success is averaged per seed, then mean ± std).
       eval_temperature: sampling temperature of evaluation (None: the collector's; 0: greedy, one seed).
       eval_split: the split evaluation draws its first ``eval_tasks`` from (None: the env's ``eval_split``).
+      eval_search: SERA's rubric-guided search at evaluation: candidate subtrees per delegated child (0: off;
+        :mod:`agentjax.rollout.tree_search`, released default 2; needs ``--method sera``).
       checkpoint_every: save after every N-th update (and always after the last).
       keep_checkpoints: the newest N checkpoints are kept.
       out_dir: metrics.jsonl, tb/, checkpoints/, run_config.json.
@@ -229,6 +231,7 @@ class RunConfig:
     eval_seeds: int = 3
     eval_temperature: float | None = None
     eval_split: str | None = None
+    eval_search: int = 0
     checkpoint_every: int = 10
     keep_checkpoints: int = 3
     out_dir: str = "runs/default"
@@ -254,6 +257,11 @@ class RunConfig:
                 raise ValueError(f"RunConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.eval_every and self.eval_tasks < 1:
             raise ValueError(f"RunConfig.eval_tasks must be >= 1 when evaluating, got {self.eval_tasks}")
+        if self.eval_search < 0:
+            raise ValueError(f"RunConfig.eval_search must be >= 0 (0: off), got {self.eval_search}")
+        if self.eval_search and self.rubric_collect is None:
+            raise ValueError("RunConfig.eval_search: rubric-guided search grades candidates with the policy's rubrics; "
+                             "it needs --method sera")
         if self.eval_temperature is not None and self.eval_temperature < 0:
             raise ValueError(f"RunConfig.eval_temperature must be >= 0 or None, got {self.eval_temperature}")
         if self.eval_temperature == 0 and self.eval_seeds > 1:

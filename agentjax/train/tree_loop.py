@@ -57,6 +57,7 @@ from agentjax.agents.tree import Tree
 from agentjax.agents.tree_io import tree_to_dict
 from agentjax.models import Qwen, Sampler
 from agentjax.rollout.tree_collect import TreeRollouts, run_trees, to_tree_batch, tree_stats
+from agentjax.rollout.tree_search import SearchConfig
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.eval import eval_key
 from agentjax.train.loop import build, task_stream
@@ -128,15 +129,18 @@ def setup_trees(run: RunConfig, *, resume: bool = False) -> TreeTrainer:
 
 # -- collection, evaluation, files -----------------------------------------------------------------------------------
 def grow(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.Array, *, evaluation: bool = False,
-         task_indices: Sequence[int] | None = None, forks: Any = None) -> TreeRollouts:
+         task_indices: Sequence[int] | None = None, forks: Any = None, grader: Any = None) -> TreeRollouts:
     """The trees of ``tasks`` under the training (or, with ``evaluation``, the evaluation) settings; ``forks``:
-    SERA's rubric-stage fork groups (:attr:`~agentjax.train.runconfig.RunConfig.fork_collect`)."""
+    SERA's rubric-stage fork groups (:attr:`~agentjax.train.runconfig.RunConfig.fork_collect`). Evaluation runs
+    without rubrics unless ``run.eval_search`` asks for rubric-guided search (graded by ``grader``, default the
+    policy)."""
     config = run.eval_tree_collect if evaluation else run.tree_collect
     factory = world_factory(run.env, run.eval_kwargs if evaluation else run.env_kwargs, tokenizer=policy.tokenizer,
                             max_reply_tokens=config.max_response_tokens if config.constrained else None)
-    rubrics = None if evaluation else run.rubric_collect  # evaluation scores root outcomes only
+    search = SearchConfig(candidates=run.eval_search) if evaluation and run.eval_search else None
+    rubrics = run.rubric_collect if search is not None or not evaluation else None  # eval: root outcomes only
     return run_trees(tasks, policy, factory, make_judge(run.env), config, key, task_indices=task_indices,
-                     rubrics=rubrics, forks=forks)
+                     rubrics=rubrics, forks=forks, search=search, grader=grader)
 
 
 def _rubric_batch(run: RunConfig, rollouts: TreeRollouts, tokenizer: Any) -> tuple[Any, int]:
@@ -156,13 +160,14 @@ def _kind(task: Any) -> str:
     return str(task.meta.get("task_type", task.meta.get("difficulty", "all")))
 
 
-def evaluate_trees(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.Array,
+def evaluate_trees(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.Array, *, grader: Any = None,
                    ) -> tuple[dict[str, Any], TreeRollouts]:
     """Root success of ``run.eval_seeds`` trees per task (module docstring, 6), with :mod:`agentjax.train.eval`'s
     keys: ``success_rate`` (mean over seeds), ``success_std``, ``success_se``, ``success_seed<s>``,
     ``success/<task type or difficulty>``, the tree shape and label rates, ``seconds`` and ``outcomes``
-    (``[tasks][seeds]`` 0/1, for paired comparisons)."""
-    rollouts = grow(run, tasks, policy, key, evaluation=True, task_indices=range(len(tasks)))
+    (``[tasks][seeds]`` 0/1, for paired comparisons); with ``run.eval_search`` also the ``search/`` statistics
+    (``grader``: who writes and grades the rubrics, default the policy)."""
+    rollouts = grow(run, tasks, policy, key, evaluation=True, task_indices=range(len(tasks)), grader=grader)
     won_ts = np.array([bool(t.root_success) for t in rollouts.trees], np.float64).reshape(len(tasks), run.eval_seeds)
     per_seed, n = won_ts.mean(0), won_ts.size
     by_kind: dict[str, list[float]] = {}
@@ -175,6 +180,7 @@ def evaluate_trees(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.A
            **{f"success/{k}": float(np.mean(v)) for k, v in sorted(by_kind.items())},
            **{k.removeprefix("tree/"): v for k, v in stats.items()
               if k.startswith("tree/") and k != "tree/root_success"},
+           **{k: v for k, v in stats.items() if k.startswith("search/")},
            "trees": float(len(rollouts.trees)), "seconds": rollouts.total_seconds,
            "outcomes": won_ts.astype(int).tolist()}
     return out, rollouts

@@ -74,6 +74,13 @@ class CappedReplies:
                 out.append(reply)
         return out
 
+    def fork(self, node: Any) -> CappedReplies:
+        """The inner world's fork (SERA's branches and search candidates), capped the same way."""
+        return CappedReplies(self.inner.fork(node), self._tokenizer, self._max, self._lengths)
+
+    def adopt(self, twin: CappedReplies) -> None:
+        self.inner.adopt(twin.inner if isinstance(twin, CappedReplies) else twin)
+
 
 def world_factory(env: str, kwargs: Mapping[str, Any], *, tokenizer: Any = None,
                   max_reply_tokens: int | None = None) -> Callable[[Task], TreeWorld]:

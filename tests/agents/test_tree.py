@@ -125,14 +125,15 @@ def test_render_tree_shows_who_delegated_what_replies_and_rewards():
     lines = text.splitlines()
     assert lines[0] == "tree 2 of task t0 (group 0): root success, 4 nodes, depth 2"
     assert "[0] depth 0, root: craft 3x x" in lines[1] and "reward 1 (env outcome)" in lines[2]
-    assert any("turn 0 (delegate -> [1], [2]): <python>launch both</python>" in x for x in lines)
+    # the launch event's leaf coverage: both leaves ([2], and [3] under [1]) are under its children, R_root = 1
+    assert any("turn 0 (delegate -> [1], [2], leaf coverage 1): <python>launch both</python>" in x for x in lines)
     assert any(x.startswith("    [1] depth 1, delegated by [0] at its turn 0: craft 2x y") for x in lines)
     assert any(x.startswith("        [3] depth 2, delegated by [1] at its turn 1: craft 1x w") for x in lines)
     assert "exhausted after 0/20 turns, reward 0 (verifier)" in text
     assert "finish message: made w" in text and "=> Crafted 2 y" in text
     # the children appear under the turn that launched them, before the parent's later lines
     assert text.index("[1] depth 1") < text.index("[3] depth 2") < text.index("[2] depth 1")
-    assert text.index("turn 0 (delegate -> [1], [2])") < text.index("[1] depth 1") < text.index("Subagent results")
+    assert text.index("turn 0 (delegate -> [1], [2],") < text.index("[1] depth 1") < text.index("Subagent results")
     assert "reward 0.25" in render_tree(tree, rewards={0: 0.25, 1: 1.0, 2: 0.0, 3: 1.0})
 
 

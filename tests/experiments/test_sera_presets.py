@@ -8,6 +8,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from agentjax.train.config import GRPOCredit, RAOCredit
 from experiments.crbc.report import summarise
@@ -61,3 +62,11 @@ def test_the_report_pairs_a_tree_run_with_a_flat_one(tmp_path):
     assert table["rao"]["final"]["mean"] == 0.75 and table["grpo"]["final"]["mean"] == 0.25
     assert table["rao"]["final_minus_base"]["mean"] == 0.5
     assert np.isclose(table["rao"]["train_mean"]["mean"], 0.5) and np.isclose(table["grpo"]["train_mean"]["mean"], 0.5)
+
+
+def test_pairwise_accuracy_by_hand():
+    from experiments.sera.calibration import pairwise_accuracy
+
+    # successes score 0.9 and 0.4, failures 0.4 and 0.1: pairs (0.9>0.4, 0.9>0.1, 0.4=0.4, 0.4>0.1) = 3.5 / 4
+    assert pairwise_accuracy([0.9, 0.4, 0.4, 0.1], [1, 1, 0, 0]) == pytest.approx(0.875)
+    assert pairwise_accuracy([0.5, 0.2], [1, 1]) is None and pairwise_accuracy([], []) is None

@@ -243,3 +243,23 @@ def test_fork_groups_branch_on_clones_and_leave_the_main_trees_untouched(tokeniz
     stats = tree_stats(forked)
     assert stats["fork/groups"] == 4 and stats["fork/mixed"] == 1.0 and stats["fork/graded"] == 1.0
     assert stats["rubric/requests"] == 4 and no_model.calls == []
+
+
+def test_capped_worlds_fork_and_adopt_capped(tokenizer, tasks):
+    from agentjax.agents.tree import Tree
+    from agentjax.train.tree_worlds import CappedReplies, world_factory
+
+    factory = world_factory("textcraft_synth", {"show_recipes": False}, tokenizer=tokenizer, max_reply_tokens=24)
+    world = factory(tasks[0])
+    tree = Tree(tasks[0], 0, 0, 0, TEACH.limits)
+    root = tree.add_root(world.root_goal())
+    root.intro = world.begin(root)
+    twin = world.fork(root)
+    assert isinstance(twin, CappedReplies) and twin.inner is not world.inner
+    assert twin.admissible(tree, root) == world.admissible(tree, root)  # capped like the original
+    assert all(len(tokenizer.encode(r, add_special_tokens=False)) < 24 for r in twin.admissible(tree, root))
+    item = next(iter(twin.inner.world.inventory()))
+    twin.inner.world._env.inventory[item] = 99  # the clone changes; the original does not until it adopts it
+    assert world.inner.world.inventory()[item] != 99
+    world.adopt(twin)
+    assert world.inner.world.inventory()[item] == 99

@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import types
 
+import jax
 import pytest
 
 from agentjax.cli import main
@@ -179,6 +181,9 @@ def rao_train(**kw) -> TrainConfig:
     (lambda: preset("paper-1.5b", "rao", "textcraft_synth"), "paper preset is paper-4b"),
     (lambda: preset("paper-4b", "grpo", "textcraft_synth"), "tree methods' preset"),
     (lambda: preset("tiny", "rao", "webshop"), "trains recursive agents on"),
+    (lambda: tiny_tree().replace(eval_search=2), "needs --method sera"),
+    (lambda: tiny_tree("sera").replace(eval_search=-1), "eval_search must be >= 0"),
+    (lambda: tiny_tree("sera", branches=1), "branches >= 2"),
 ])
 def test_bad_configs_are_clear_errors(make, match):
     with pytest.raises(ValueError, match=match):
@@ -214,6 +219,33 @@ def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
     children = [n for t in trees for n in t.nodes[1:]]
     assert children and all(n.rubric is not None for n in children)
     assert all(n.score is not None or (n.grade is None and not n.finished) for n in children)
+
+
+def test_evaluation_searches_only_when_asked(monkeypatch):
+    """``eval_search`` turns rubric-guided search on for evaluation only (with the run's rubrics); training and a
+    run without it grow trees without search."""
+    from agentjax.rollout.tree_search import SearchConfig
+    from agentjax.train import tree_loop
+
+    calls = []
+
+    class Called(Exception):
+        pass
+
+    def record(*args, **kwargs):
+        calls.append(kwargs)
+        raise Called
+
+    monkeypatch.setattr(tree_loop, "run_trees", record)
+    run = tiny_tree("sera").replace(eval_search=3)
+    policy, key = types.SimpleNamespace(tokenizer=None), jax.random.key(0)
+    for r, evaluation in ((run, True), (run, False), (run.replace(eval_search=0), True)):
+        with pytest.raises(Called):
+            tree_loop.grow(r, [], policy, key, evaluation=evaluation, grader="g")
+    (ev, tr, off) = calls
+    assert ev["search"] == SearchConfig(candidates=3) and ev["rubrics"] == run.rubric_collect and ev["grader"] == "g"
+    assert tr["search"] is None and tr["rubrics"] == run.rubric_collect
+    assert off["search"] is None and off["rubrics"] is None
 
 
 def test_sera_warm_start_rows_teach_the_rubric_and_grade_formats(tmp_path):

@@ -76,10 +76,10 @@ def hand_trees() -> list[Tree]:
 
 def hand_batch(trees: list[Tree] | None = None):
     trees = hand_trees() if trees is None else trees
-    rollouts = TreeRollouts(trees=tuple(trees), forks=(), num_groups=2, trees_per_task=3, live_per_call=(),
-                            padded_per_call=(), judge_metrics={}, rubric_metrics={}, prompt_seconds=0.0,
-                            generate_seconds=0.0, env_seconds=0.0, judge_seconds=0.0, rubric_seconds=0.0,
-                            total_seconds=0.0)
+    rollouts = TreeRollouts(trees=tuple(trees), forks=(), searches=(), searches_not_run=0, num_groups=2,
+                            trees_per_task=3, live_per_call=(), padded_per_call=(), judge_metrics={},
+                            rubric_metrics={}, prompt_seconds=0.0, generate_seconds=0.0, env_seconds=0.0,
+                            judge_seconds=0.0, rubric_seconds=0.0, total_seconds=0.0)
     return to_tree_batch(rollouts, CONFIG)
 
 
