@@ -87,8 +87,9 @@ def smoke_run(method: str, seed: int = 0, *, results: str = RESULTS) -> RunConfi
     """2 updates (SERA: 3, one per stage) from an 8-demonstration warm start of 4 steps, eval on 2 tasks × 1 seed:
     the pipeline end to end."""
     run = tiny_run(method, seed, results=results, updates=3 if method == "sera" else 2)
-    if method == "sera":
-        run = run.replace(train=run.train.replace(credit=dataclasses.replace(run.train.credit, stages=(1, 1, 1))))
+    if method == "sera":  # every stage once; a 4-step warm start rarely wins a root, so the filter would skip them all
+        credit = dataclasses.replace(run.train.credit, stages=(1, 1, 1), filter_zero_variance=False)
+        run = run.replace(train=run.train.replace(credit=credit))
     return run.replace(eval_every=1, eval_tasks=2, eval_seeds=1, checkpoint_every=1,
                        out_dir=os.path.join(results, "runs", "smoke", method, f"seed{seed}"),
                        warm_start=WarmStart(episodes=8, steps=4, batch_size=8, learning_rate=2e-3,
