@@ -323,6 +323,7 @@ class Recording:
         return self.sampler.generate(prompts, params, key, **kw)
 
 
+@pytest.mark.slow  # end to end, minutes of CI time: `make test-slow` (README, "Tests")
 def test_tiny_qwen_grows_textworld_sync_trees_with_one_policy_call_per_turn(tokenizer):
     model = Qwen(QwenConfig.tiny_qwen3(vocab_size=151_936, d_model=32, mlp_dim=64, num_layers=1, head_dim=8),
                  rngs=nnx.Rngs(0))

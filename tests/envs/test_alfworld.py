@@ -87,6 +87,7 @@ def test_task_params_from_folder_names_hand_checked():
 
 
 # -- fidelity to ALFWorld's own AlfredTWEnv ------------------------------------------------------------------------
+@pytest.mark.slow  # end to end, minutes of CI time: `make test-slow` (README, "Tests")
 def test_text_admissible_won_and_handcoded_expert_match_alfworlds_own_env(sample, tmp_path):
     """Lock-step with ``AlfredTWEnv`` on the last three task types (the planner test below takes the first three):
     random commands (invalid ones and ``help`` too), then mostly the expert's; every observation, admissible list

@@ -19,6 +19,7 @@ from tests.envs.alfworld_common import link_games, play, random_prefix, slow_pla
 def env() -> AlfWorldEnv:
     return AlfWorldEnv()
 
+@pytest.mark.slow  # end to end, minutes of CI time: `make test-slow` (README, "Tests")
 def test_planner_matches_alfredexpert_planner(sample, tmp_path):
     """``plan()`` is what ALFWorld's ``AlfredExpert(expert_type="planner")`` wrapper reports at every step, and the
     text is the wrapper stack's (first three task types)."""
@@ -70,6 +71,7 @@ def test_walkthrough_and_planner_oracle_win(task_type, sample, env):
             env.oracle()
 
 
+@pytest.mark.slow  # end to end, minutes of CI time: `make test-slow` (README, "Tests")
 def test_handcoded_expert_wins_the_sample(sample):
     random.seed(0)  # ALFWorld's hand-coded expert picks a random command when stuck
     env = AlfWorldEnv(expert="handcoded")
@@ -86,6 +88,7 @@ def test_handcoded_expert_wins_the_sample(sample):
     assert won >= len(TASK_TYPES) - 1
 
 
+@pytest.mark.slow  # end to end, minutes of CI time: `make test-slow` (README, "Tests")
 def test_planner_oracle_wins_from_random_states(unseen, env):
     rng = random.Random(2)
     for task in rng.sample([t for t in unseen if not slow_planner(t)], 4):
@@ -97,6 +100,7 @@ def test_planner_oracle_wins_from_random_states(unseen, env):
         assert info["won"], f"{task.task_id}: the planner did not finish within {env.max_steps} steps"
 
 
+@pytest.mark.slow  # end to end, minutes of CI time: `make test-slow` (README, "Tests")
 def test_restore_then_oracle_reproduces_the_uninterrupted_episode(unseen, env):
     rng = random.Random(3)
     fresh = AlfWorldEnv()  # an isolated copy, as SERO restores roots
