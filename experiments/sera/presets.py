@@ -25,7 +25,9 @@ the clipped PPO surrogate with GRPO's KL term).
 SERA (``sera``) is RAO's tree and policy with SERA's rubrics (the tiny preset's SERA: :data:`agentjax.train.presets.
 TINY_SERA`, two cycles of 3 execution, 1 decomposition and 1 rubric step, fork groups of 4 branches, the writer and
 grader choosing among fixed rubrics and grades under constrained decoding); its warm start adds the reference
-rubric and grade of every planner child to the planner trees' rows (its own cache).
+rubric and grade of every planner child to the planner trees' rows (its own cache). The ablation arms of
+:data:`ARMS` (SERA w/o D, w/o RT, execution-only, RAO + D) change the schedule only and share their base method's
+warm start.
 
 :func:`smoke_run` is the pipeline in a few minutes (tiny warm start, 2 updates); :func:`sync_run` is the
 TextWorld-Sync tiny RAO run (several agents on one shared world).
@@ -43,7 +45,14 @@ from agentjax.train.runconfig import RunConfig, WarmStart
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 ENV = "textcraft_synth"
-METHODS = ("rao", "grpo", "sera")
+# The arms: base method and the tiny schedule's cycle (execution : decomposition : rubric optimizer steps). The
+# paper's ablations (SERA Table 3) scaled to 10 steps like TINY_SERA's 3 : 1 : 1 is the paper's 16 : 2 : 2: SERA w/o
+# D drops the decomposition steps (16 : 0 : 2), w/o RT the rubric steps (16 : 2 : 0), execution-only keeps the rubric
+# rewards and nothing else (1 : 0 : 0), RAO + D trains leaf coverage on RAO's verifier-labelled trees (12 : 4 : 0).
+ARMS: dict[str, tuple[str, tuple[int, int, int]]] = {
+    "rao": ("rao", (1, 0, 0)), "rao_d": ("rao", (3, 1, 0)), "sera": ("sera", (3, 1, 1)),
+    "sera_wo_d": ("sera", (3, 0, 1)), "sera_wo_rt": ("sera", (3, 1, 0)), "sera_exec": ("sera", (1, 0, 0))}
+METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm != "rao"))
 SEEDS = (0, 1, 2)
 EVAL_SPLIT = "val_easy_medium"
 EVAL_TASKS = 16
@@ -56,7 +65,8 @@ WARM_START = WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-
 
 
 def _common(run: RunConfig, method: str, seed: int, results: str, updates: int | None) -> RunConfig:
-    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", method))
+    base = ARMS[method][0] if method in ARMS else method  # the arms of one base method share its warm start
+    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", base))
     return run.replace(train=run.train.replace(seed=seed), eval_split=EVAL_SPLIT, eval_tasks=EVAL_TASKS,
                        eval_seeds=EVAL_SEEDS, updates=updates or UPDATES, eval_every=EVAL_EVERY,
                        checkpoint_every=EVAL_EVERY, progress=False, warm_start=warm,
@@ -64,10 +74,13 @@ def _common(run: RunConfig, method: str, seed: int, results: str, updates: int |
 
 
 def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:
-    """The tiny TextCraft-Synth run of ``method`` (``rao``, ``grpo`` or ``sera``) and training seed ``seed`` (module
-    docstring); ``out_dir`` ``results/runs/tiny/<method>/seed<seed>``."""
-    if method in ("rao", "sera"):
-        return _common(preset("tiny", method, ENV), method, seed, results, updates)
+    """The tiny TextCraft-Synth run of ``method`` (``grpo`` or an arm of :data:`ARMS`) and training seed ``seed``
+    (module docstring); ``out_dir`` ``results/runs/tiny/<method>/seed<seed>``."""
+    if method in ARMS:
+        base, stages = ARMS[method]
+        run = preset("tiny", base, ENV)
+        run = run.replace(train=run.train.replace(credit=dataclasses.replace(run.train.credit, stages=stages)))
+        return _common(run, method, seed, results, updates)
     if method != "grpo":
         raise ValueError(f"the SERA tiny experiment compares {METHODS}, not {method!r}")
     run = preset("tiny", "grpo", ENV)
@@ -84,11 +97,13 @@ def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | N
 
 
 def smoke_run(method: str, seed: int = 0, *, results: str = RESULTS) -> RunConfig:
-    """2 updates (SERA: 3, one per stage) from an 8-demonstration warm start of 4 steps, eval on 2 tasks × 1 seed:
+    """2 updates (an arm with several stages: one per stage) from an 8-demonstration warm start of 4 steps, eval on 2 tasks × 1 seed:
     the pipeline end to end."""
-    run = tiny_run(method, seed, results=results, updates=3 if method == "sera" else 2)
-    if method == "sera":  # every stage once; a 4-step warm start rarely wins a root, so the filter would skip them all
-        credit = dataclasses.replace(run.train.credit, stages=(1, 1, 1), filter_zero_variance=False)
+    stages = tuple(min(n, 1) for n in ARMS[method][1]) if method in ARMS else (1, 0, 0)
+    run = tiny_run(method, seed, results=results, updates=max(2, sum(stages)))
+    if method in ARMS and sum(stages) > 1:  # every stage of the arm once; a 4-step warm start rarely wins a root, so
+        # the zero-variance filter would skip every decomposition and rubric batch
+        credit = dataclasses.replace(run.train.credit, stages=stages, filter_zero_variance=False)
         run = run.replace(train=run.train.replace(credit=credit))
     return run.replace(eval_every=1, eval_tasks=2, eval_seeds=1, checkpoint_every=1,
                        out_dir=os.path.join(results, "runs", "smoke", method, f"seed{seed}"),
@@ -107,5 +122,5 @@ def sync_run(seed: int = 0, *, results: str = RESULTS, updates: int = 4) -> RunC
                        out_dir=os.path.join(results, "runs", "sync", "rao", f"seed{seed}"))
 
 
-__all__ = ["ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run", "sync_run",
+__all__ = ["ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run", "sync_run",
            "tiny_run"]

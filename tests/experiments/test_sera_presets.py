@@ -70,3 +70,25 @@ def test_pairwise_accuracy_by_hand():
     # successes score 0.9 and 0.4, failures 0.4 and 0.1: pairs (0.9>0.4, 0.9>0.1, 0.4=0.4, 0.4>0.1) = 3.5 / 4
     assert pairwise_accuracy([0.9, 0.4, 0.4, 0.1], [1, 1, 0, 0]) == pytest.approx(0.875)
     assert pairwise_accuracy([0.5, 0.2], [1, 1]) is None and pairwise_accuracy([], []) is None
+
+
+def test_the_ablation_arms_change_the_schedule_only():
+    """SERA w/o D / w/o RT / execution-only and RAO + D (SERA Table 3) are their base arm with another stage cycle:
+    everything else, warm start included, is the base's."""
+    from agentjax.train.config import SERACredit
+    from experiments.sera.presets import ARMS
+
+    for arm, (base, stages) in ARMS.items():
+        run, ref = tiny_run(arm, 2), tiny_run(base, 2)
+        assert run.train.credit.stages == stages and type(run.train.credit) is type(ref.train.credit)
+        assert dataclasses.replace(run.train.credit, stages=ref.train.credit.stages) == ref.train.credit, arm
+        assert run.train.replace(credit=ref.train.credit) == ref.train, arm
+        assert run.warm_start == ref.warm_start and run.tree == ref.tree and run.updates == ref.updates
+        assert run.out_dir.endswith(os.path.join(arm, "seed2"))
+        run.check()
+        smoke = smoke_run(arm)
+        assert smoke.train.credit.stages == tuple(min(n, 1) for n in stages)
+        assert smoke.updates == max(2, sum(smoke.train.credit.stages))
+        smoke.check()
+    assert isinstance(tiny_run("sera_exec", 0).train.credit, SERACredit)
+    assert tiny_run("rao_d", 0).train.credit.stages == (3, 1, 0)
