@@ -434,7 +434,8 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
                         temperature: float | None = None, search: int | None = None,
                         grader: str = "policy") -> dict[str, Any]:
     """Evaluate a saved run's checkpoint (newest that restores, or ``step``) on its eval split; the run config is
-    read from the checkpoint. Writes ``<out_dir>/eval_<step>.json`` and returns it. A SERA run may evaluate with
+    read from the checkpoint. Writes ``<out_dir>/eval_<step>.json`` (with search: ``eval_<step>_search<N>.json``,
+    ``..._initial.json`` for the initial grader) and returns it. A SERA run may evaluate with
     rubric-guided search (``search`` candidates per delegated child), its rubrics written and graded by the
     checkpoint (``grader="policy"``) or by the run's initial policy — its warm start, or its starting weights —
     (``"initial"``: the paper's untrained-grader control)."""
@@ -488,7 +489,8 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
             pool.close()
     result = {"step": restored.step, "env": run.env, "split": run.evaluation_split, "tasks": len(eval_tasks),
               "seeds": run.eval_seeds, "method": run.train.credit.method} | result
-    with open(os.path.join(out_dir, f"eval_{restored.step}.json"), "w") as f:
+    tag = f"_search{run.eval_search}" + ("_initial" if grader == "initial" else "") if run.eval_search else ""
+    with open(os.path.join(out_dir, f"eval_{restored.step}{tag}.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
 

@@ -180,6 +180,7 @@ def evaluate_trees(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.A
            **{f"success/{k}": float(np.mean(v)) for k, v in sorted(by_kind.items())},
            **{k.removeprefix("tree/"): v for k, v in stats.items()
               if k.startswith("tree/") and k != "tree/root_success"},
+           **({"search/groups": 0.0, "search/candidates": 0.0} if run.eval_search else {}),  # none delegated
            **{k: v for k, v in stats.items() if k.startswith("search/")},
            "trees": float(len(rollouts.trees)), "seconds": rollouts.total_seconds,
            "outcomes": won_ts.astype(int).tolist()}

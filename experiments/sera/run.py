@@ -7,6 +7,7 @@
     python experiments/sera/run.py --sync                 # TextWorld-Sync: tiny RAO run, seed 0 (shared world)
     python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
     python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
+    python experiments/sera/run.py --methods sera --search 2   # + rubric-guided search on the last checkpoints
 
 The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``): ``results/tiny_results.md`` /
 ``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
@@ -32,7 +33,7 @@ if ROOT not in sys.path:
 
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig  # noqa: E402
-from experiments.crbc.report import write_report  # noqa: E402
+from experiments.crbc.report import eval_outcomes, write_report  # noqa: E402
 from experiments.crbc.run import compile_cache, run_all  # noqa: E402
 from experiments.sera.presets import (  # noqa: E402
     EVAL_SPLIT,
@@ -67,13 +68,107 @@ def shape_table(runs: Runs) -> str:
                 values = [x[key] for x in read_metrics(path) if key is not None and key in x]
                 if values:
                     per_seed.append(float(np.mean(values)))
-            if not per_seed:
-                cells.append("—")
-            elif len(per_seed) == 1:
-                cells.append(f"{per_seed[0]:.3g}")
-            else:
-                cells.append(f"{np.mean(per_seed):.3g} ± {np.std(per_seed, ddof=1) / np.sqrt(len(per_seed)):.2g}")
+            cells.append(_mean_se(per_seed))
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+# The cost of each method's supervision over a training run (SERA's Table 2): (label, metric, rows counted) where
+# rows counted is "labels" for the batches whose reward reads the verifier's labels (RAO's execution steps, SERA's
+# rubric steps; every other label is a diagnostic, e.g. SERA's grade agreement) and "all" for every batch drawn.
+COST = (("verifier labels that train", "judge/requests", "labels"), ("verifier labels, all", "judge/requests", "all"),
+        ("verifier input tokens", "judge/input_tokens", "all"), ("rubric calls", "rubric/calls", "all"),
+        ("rubric input tokens", "rubric/input_tokens", "all"), ("grading calls", "grade/calls", "all"),
+        ("grading input tokens", "grade/input_tokens", "all"))
+
+
+def label_stage(run: RunConfig) -> int | None:
+    """The stage whose reward reads the verifier's labels: RAO's execution (0), SERA's rubric ranking (2); None for
+    a flat run (its reward is the environment's)."""
+    if run.tree is None:
+        return None
+    return 2 if run.train.credit.method == "sera" else 0
+
+
+def cost_table(runs: Runs) -> str:
+    """Totals over a run of :data:`COST` per method, mean ± SE over seeds (batches skipped by the filter count: their
+    labels were paid for)."""
+    rows = ["| method | " + " | ".join(name for name, _, _ in COST) + " |", "|---" * (len(COST) + 1) + "|"]
+    for method in dict.fromkeys(m for m, _ in runs):
+        cells = []
+        for _, key, which in COST:
+            per_seed = []
+            for (m, _), run in runs.items():
+                path = os.path.join(run.out_dir, "metrics.jsonl")
+                if m != method or not os.path.exists(path) or run.tree is None:
+                    continue
+                stage = label_stage(run)
+                per_seed.append(sum(x.get(key, 0.0) for x in read_metrics(path) if "schedule/stage" in x and (
+                    which == "all" or x["schedule/stage"] == stage)))
+            cells.append(_mean_se(per_seed, "{:.0f}"))
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _mean_se(values: list[float], fmt: str = "{:.3g}") -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(np.mean(values))} ± {np.std(values, ddof=1) / np.sqrt(len(values)):.2g}"
+
+
+GRADERS = ("policy", "initial")  # who writes and grades the search's rubrics: the trained checkpoint, the warm start
+
+
+def search_file(out_dir: str, candidates: int, grader: str) -> str | None:
+    """The newest search evaluation :func:`agentjax.train.loop.evaluate_checkpoint` wrote in ``out_dir``
+    (``eval_<step>_search<N>[_initial].json``), or None."""
+    suffix = f"_search{candidates}{'_initial' if grader == 'initial' else ''}.json"
+    steps = [int(name[5:-len(suffix)]) for name in os.listdir(out_dir) if name.startswith("eval_")
+             and name.endswith(suffix) and name[5:-len(suffix)].isdigit()] if os.path.isdir(out_dir) else []
+    return os.path.join(out_dir, f"eval_{max(steps)}{suffix}") if steps else None
+
+
+def run_search(runs: Runs, candidates: int) -> None:
+    """Evaluate every finished SERA-arm run's last checkpoint with rubric-guided search (``candidates`` per delegated
+    child), graded by the checkpoint and by the initial policy; a result already on disk is kept."""
+    from agentjax.train.loop import evaluate_checkpoint
+
+    for (method, seed), run in runs.items():
+        if run.train.credit.method != "sera" or max(eval_outcomes(run.out_dir), default=0) == 0:
+            continue
+        for grader in GRADERS:
+            if search_file(run.out_dir, candidates, grader) is None:
+                print(f"search {candidates} ({grader} grader): {method} seed {seed}", flush=True)
+                evaluate_checkpoint(run.out_dir, search=candidates, grader=grader)
+
+
+def search_table(runs: Runs, candidates: int) -> str:
+    """Final eval success without search, with search graded by the checkpoint and by the initial policy, and the
+    paired difference (search − none, episode by episode, then mean ± SE over seeds), per SERA arm."""
+    rows = ["| method | seeds | no search | search, trained grader | search, initial grader | trained − none | "
+            "initial − none |", "|---" * 7 + "|"]
+    for method in dict.fromkeys(m for m, _ in runs):
+        base, by_grader, diff = [], {g: [] for g in GRADERS}, {g: [] for g in GRADERS}
+        for (m, _), run in runs.items():
+            outcomes = eval_outcomes(run.out_dir)
+            if m != method or run.train.credit.method != "sera" or not outcomes:
+                continue
+            last = max(outcomes)
+            found = {g: search_file(run.out_dir, candidates, g) for g in GRADERS}
+            if None in found.values():
+                continue
+            base.append(float(outcomes[last].mean()))
+            for g, path in found.items():
+                with open(path) as f:
+                    searched = np.asarray(json.load(f)["outcomes"], np.float64)
+                by_grader[g].append(float(searched.mean()))
+                diff[g].append(float((searched - outcomes[last]).mean()))
+        if base:
+            cells = [str(len(base)), _mean_se(base), *(_mean_se(by_grader[g]) for g in GRADERS),
+                     *(_mean_se(diff[g], "{:+.3f}") for g in GRADERS)]
+            rows.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 
@@ -113,7 +208,14 @@ def report(runs: Runs, folder: str, name: str) -> dict:
     shape = shape_table(runs)
     with open(os.path.join(folder, f"{name}_shape.md"), "w") as f:
         f.write(f"# What the agents did per batch ({name}; mean over batches, ± SE over seeds)\n\n" + shape)
-    print(shape)
+    cost = cost_table(runs)
+    with open(os.path.join(folder, f"{name}_cost.md"), "w") as f:
+        f.write(f"# Supervision a training run paid for ({name}; totals over the run, ± SE over seeds; SERA's Table 2 "
+                "analogue)\n\nThe verifier is TextCraft-Synth's program check (no input tokens) or TextWorld-Sync's judge; "
+                "\"labels that train\" counts the batches whose reward reads them (RAO: execution steps, SERA: rubric "
+                "steps), the other labels are diagnostics (SERA's grade agreement). Rubric and grading calls are the "
+                "policy's own batched generate calls. A flat run has none.\n\n" + cost)
+    print(shape + "\n" + cost)
     tree = example_tree(runs, os.path.join(folder, "example_tree.txt" if name == "tiny" else f"{name}_tree.txt"))
     if tree:
         print(tree[:3000])
@@ -133,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="2 updates from a tiny warm start, seed 0")
     parser.add_argument("--sync", action="store_true", help="the TextWorld-Sync tiny RAO run")
     parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
+    parser.add_argument("--search", type=int, metavar="N", help="after training, evaluate the SERA arms' last "
+                        "checkpoints with rubric-guided search of N candidates (trained and initial grader) and "
+                        "write results/<name>_search.md")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
     args = parser.parse_args(argv)
@@ -157,6 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         run_all(runs, args.jobs)
     report(runs, folder, name)
+    if args.search:
+        if not args.report_only:
+            run_search(runs, args.search)
+        table = search_table(runs, args.search)
+        with open(os.path.join(folder, f"{name}_search.md"), "w") as f:
+            f.write(f"# Rubric-guided search at inference ({name}; {args.search} candidates per delegated child)\n\n"
+                    "Final eval success of each SERA arm's last checkpoint on the same eval episodes: without search "
+                    "(the run's own last evaluation), with search graded by the trained checkpoint, and graded by the "
+                    "run's initial (warm-started) policy — the untrained-grader control (SERA Table 4). Mean ± SE over "
+                    f"seeds; differences paired episode by episode. Made by `python experiments/sera/run.py --search "
+                    f"{args.search}`.\n\n" + table)
+        print(table)
     print(json.dumps({f"{m}/seed{s}": r.out_dir for (m, s), r in runs.items()}, indent=1))
     return 0
 
@@ -165,4 +282,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["EVAL_SPLIT", "main", "report", "shape_table"]
+__all__ = ["EVAL_SPLIT", "cost_table", "main", "report", "run_search", "search_table", "shape_table"]

@@ -92,3 +92,50 @@ def test_the_ablation_arms_change_the_schedule_only():
         smoke.check()
     assert isinstance(tiny_run("sera_exec", 0).train.credit, SERACredit)
     assert tiny_run("rao_d", 0).train.credit.stages == (3, 1, 0)
+
+
+def test_cost_table_counts_the_labels_each_method_trains_on(tmp_path):
+    """Table 2's analogue: RAO's execution batches and SERA's rubric batches are the ones whose reward reads the
+    verifier; every batch's rubric and grading calls count."""
+    from experiments.sera.run import cost_table
+
+    def write(name, rows):
+        out = tmp_path / name
+        out.mkdir()
+        with open(out / "metrics.jsonl", "w") as f:
+            for stage, judged, graded in rows:
+                f.write(json.dumps({"step": 1, "schedule/stage": stage, "judge/requests": judged,
+                                    "grade/calls": graded, "rubric/calls": 1.0}) + "\n")
+        return str(out)
+
+    runs = {("rao", 0): tiny_run("rao", 0).replace(out_dir=write("rao", [(0, 10.0, 0.0), (0, 6.0, 0.0)])),
+            ("sera", 0): tiny_run("sera", 0).replace(out_dir=write("sera", [(0, 10.0, 2.0), (1, 3.0, 1.0),
+                                                                              (2, 7.0, 4.0)])),
+            ("grpo", 0): tiny_run("grpo", 0).replace(out_dir=str(tmp_path / "none"))}
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in cost_table(runs).splitlines()[2:]}
+    assert rows["rao"][:2] == ["16", "16"] and rows["sera"][:2] == ["7", "20"]
+    assert rows["sera"][3] == "3" and rows["sera"][5] == "7" and rows["grpo"][0] == "—"
+
+
+def test_search_table_pairs_search_with_the_runs_last_evaluation(tmp_path):
+    from experiments.sera.run import search_file, search_table
+
+    runs = {}
+    for seed, (plain, trained, initial) in enumerate((([[0, 1], [0, 0]], [[1, 1], [0, 0]], [[0, 1], [0, 0]]),
+                                                      ([[1, 1], [0, 0]], [[1, 1], [1, 0]], [[0, 0], [0, 0]]))):
+        out = tmp_path / f"seed{seed}"
+        _write_run(out, {0: [[0, 0], [0, 0]], 10: plain}, "tree/root_success")
+        for name, rows in (("eval_10_search2.json", trained), ("eval_10_search2_initial.json", initial),
+                           ("eval_5_search2.json", [[0, 0], [0, 0]])):  # an older one is not read
+            (out / name).write_text(json.dumps({"outcomes": rows}))
+        runs[("sera", seed)] = tiny_run("sera", seed).replace(out_dir=str(out))
+    runs[("rao", 0)] = tiny_run("rao", 0).replace(out_dir=str(tmp_path / "seed0"))  # RAO has no search
+    assert search_file(str(tmp_path / "seed0"), 2, "initial").endswith("eval_10_search2_initial.json")
+    assert search_file(str(tmp_path / "seed0"), 3, "policy") is None
+    lines = search_table(runs, 2).splitlines()
+    assert len(lines) == 3 and lines[2].startswith("| sera | 2 |")
+    cells = [c.strip() for c in lines[2].split("|")[1:-1]]
+    # no search 0.25, 0.5; trained 0.5, 0.75; initial 0.25, 0: differences +0.25, +0.25 and 0, -0.5
+    assert cells[2].startswith("0.375") and cells[3].startswith("0.625") and cells[4].startswith("0.125")
+    assert cells[5] == "+0.250 ± 0" and cells[6].startswith("-0.250 ± 0.25")

@@ -204,7 +204,7 @@ def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
     from agentjax.train.config import SERACredit
 
     tree = dataclasses.replace(TREE, rubric_tokens=320, grade_tokens=96, rubric_choices=True)
-    run = small_run(tmp_path, eval_every=0, checkpoint_every=0, tree=tree)
+    run = small_run(tmp_path, eval_every=0, checkpoint_every=2, tree=tree)
     run = run.replace(train=run.train.replace(credit=SERACredit(stages=(1, 1, 0), filter_zero_variance=False)))
     assert run.rubric_collect.constrained and run.rubric_collect.reading == "final"
     summary = loop.train(run)
@@ -219,6 +219,12 @@ def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
     children = [n for t in trees for n in t.nodes[1:]]
     assert children and all(n.rubric is not None for n in children)
     assert all(n.score is not None or (n.grade is None and not n.finished) for n in children)
+    # the saved run evaluates with rubric-guided search, graded by the checkpoint or by the initial policy, each to
+    # its own file beside the plain evaluation
+    for grader, name in (("policy", "eval_2_search2.json"), ("initial", "eval_2_search2_initial.json")):
+        result = loop.evaluate_checkpoint(str(tmp_path), search=2, grader=grader)
+        assert json.load(open(tmp_path / name))["outcomes"] == result["outcomes"] and result["step"] == 2
+        assert 0 <= result["success_rate"] <= 1 and "search/groups" in result and len(result["outcomes"]) == 1
 
 
 def test_evaluation_searches_only_when_asked(monkeypatch):
