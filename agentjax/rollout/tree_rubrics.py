@@ -84,6 +84,7 @@ class RubricConfig:
     batch_bucket: int = 8
     constrained: bool = False  # choose among agents.rubric.rubric_choices / grade_choices (tiny policies)
     max_trie_edges: int = 8192
+    sparse_logits: bool = False  # constrained calls from the allowed tokens' logits only (Sampler sparse=)
     scripted: bool | None = None  # reference rubrics and grades instead of the policy's (None: when a teacher plays)
 
     def __post_init__(self):
@@ -209,6 +210,8 @@ def _calls(policy: Any, tokenizer: Any, messages: list[list[dict[str, str]]], te
             flat = CollectConfig(sampling=params, max_trie_edges=config.max_trie_edges)
             vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
             extra["allowed"] = _constraint(tokenizer, choices + [choices[0]] * pad, flat, vocab_size, {})
+            if config.sparse_logits:  # the same constrained distribution and log-probs, other random numbers
+                extra["sparse"] = True
         out = policy.generate(prompts + [prompts[0]] * pad, params, key, **extra)
         if out.texts is None:
             raise ValueError("collect_trees: the policy returned no texts; give the Sampler a tokenizer")

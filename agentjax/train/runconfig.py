@@ -399,7 +399,8 @@ class RunConfig:
                             grading=sampling(0.0, tr.grade_tokens), max_prompt_tokens=co.max_prompt_tokens,
                             constrained=tr.rubric_choices, batch_bucket=co.batch_bucket,
                             max_context_chars=min(12_000, 2 * co.max_prompt_tokens),
-                            max_trie_edges=max(co.max_trie_edges, 8192))
+                            max_trie_edges=max(co.max_trie_edges, 8192),
+                            sparse_logits=co.sparse_logits and tr.rubric_choices)
 
     @property
     def fork_collect(self) -> Any:

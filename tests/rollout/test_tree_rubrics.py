@@ -263,3 +263,30 @@ def test_capped_worlds_fork_and_adopt_capped(tokenizer, tasks):
     assert world.inner.world.inventory()[item] != 99
     world.adopt(twin)
     assert world.inner.world.inventory()[item] == 99
+
+
+def test_sparse_rubric_calls_choose_and_score_like_dense_ones(tokenizer):
+    """``RubricConfig.sparse_logits`` (the tiny presets: constrained rubric and grade calls from the allowed tokens'
+    logits only) picks the same greedy answer with the same constrained log-probs as the dense path."""
+    from flax import nnx
+
+    from agentjax.agents.rubric import grade_choices, rubric_choices
+    from agentjax.models import Qwen, QwenConfig, Sampler
+    from agentjax.rollout.tree_rubrics import _calls
+
+    model = Qwen(QwenConfig.tiny_qwen3(vocab_size=151_936, d_model=32, mlp_dim=64, num_layers=1, head_dim=8),
+                 rngs=nnx.Rngs(1))
+    sampler = Sampler(model, tokenizer)
+    goals = ["craft 2 oak planks", "craft 1 stick", "get 3 cobblestone"]
+    messages = [[{"role": "user", "content": f"Write the rubric for: {g}"}] for g in goals]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=256, stop_token_ids=STOPS, prompt_bucket=64)
+    for choices in ([rubric_choices(g, 8) for g in goals],
+                    [grade_choices(reference_rubric(g, 8)) for g in goals]):
+        dense, sparse = (_calls(sampler, tokenizer, messages, None, choices, greedy,
+                                RubricConfig(constrained=True, sparse_logits=s), jax.random.key(0))
+                         for s in (False, True))
+        for d, s, allowed in zip(dense, sparse, choices, strict=True):
+            assert d.text == s.text and d.text in allowed
+            np.testing.assert_array_equal(d.response_ids, s.response_ids)
+            np.testing.assert_allclose(d.logp, s.logp, atol=2e-5)
+            assert (d.logp <= 0).all() and d.logp.sum() < 0  # a real choice among several answers
