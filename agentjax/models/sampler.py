@@ -446,6 +446,17 @@ class Sampler:
                 break
         return self._finalise(state, params)
 
+    def choose(self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[str]], params: SamplingParams,
+               key: jax.Array) -> SampleOutput:
+        """Constrained decoding among a few whole answers per row in one teacher-forced pass: the same
+        distribution as ``generate(..., allowed=allowed)``, other random numbers, ``logp_unmasked`` NaN
+        (:mod:`agentjax.models.choose`). Top-k / top-p: ``generate``'s decode loop."""
+        from agentjax.models.choose import choose
+
+        if params.top_k or params.top_p < 1:
+            return self.generate(prompts, params, key, allowed=allowed)
+        return choose(self, prompts, allowed, params, key)
+
     def _apply_stop_strings(self, state: DecodeState, stops: tuple[str, ...], done: dict[int, int]) -> DecodeState:
         tokens = np.asarray(state.tokens_bt)
         length = np.asarray(state.length_b).copy()

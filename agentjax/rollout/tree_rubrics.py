@@ -23,7 +23,9 @@ With a teacher playing the nodes (warm-start data; or ``RubricConfig.scripted``)
 the child's verifier label — demonstrations of the formats. With ``constrained`` (tiny policies, like their
 constrained node replies) the writer chooses among :func:`~agentjax.agents.rubric.rubric_choices` (the reference
 rubric under four weightings) and the grader among :func:`~agentjax.agents.rubric.grade_choices` (failure, or
-success at four levels); a teacher's grade is the nearest of them. :class:`RubricCounters` counts calls, requests,
+success at four levels); a teacher's grade is the nearest of them, and with ``one_pass`` a policy that has
+``choose`` (:meth:`~agentjax.models.sampler.Sampler.choose`) scores the whole answers in one teacher-forced pass
+instead of a decode step per token (the same distribution). :class:`RubricCounters` counts calls, requests,
 tokens, failures and the agreement of the policy's success flag with the verifier's label (``grade/agreement``, the
 calibration the rubric stage trains).
 """
@@ -85,6 +87,7 @@ class RubricConfig:
     constrained: bool = False  # choose among agents.rubric.rubric_choices / grade_choices (tiny policies)
     max_trie_edges: int = 8192
     sparse_logits: bool = False  # constrained calls from the allowed tokens' logits only (Sampler sparse=)
+    one_pass: bool = False  # constrained calls in one teacher-forced pass (Sampler.choose) when the policy has it
     scripted: bool | None = None  # reference rubrics and grades instead of the policy's (None: when a teacher plays)
 
     def __post_init__(self):
@@ -203,6 +206,8 @@ def _calls(policy: Any, tokenizer: Any, messages: list[list[dict[str, str]]], te
     if texts is not None:
         stop = params.stop_token_ids[0] if params.stop_token_ids else None
         out = scripted_output(tokenizer, texts, params.max_new_tokens, stop)
+    elif choices is not None and config.one_pass and hasattr(policy, "choose"):  # the same distribution
+        out = policy.choose(prompts, choices, params, key)
     else:
         pad = batch_padding(len(prompts), config.batch_bucket)
         extra = {}

@@ -400,7 +400,7 @@ class RunConfig:
                             constrained=tr.rubric_choices, batch_bucket=co.batch_bucket,
                             max_context_chars=min(12_000, 2 * co.max_prompt_tokens),
                             max_trie_edges=max(co.max_trie_edges, 8192),
-                            sparse_logits=co.sparse_logits and tr.rubric_choices)
+                            sparse_logits=co.sparse_logits and tr.rubric_choices, one_pass=tr.rubric_choices)
 
     @property
     def fork_collect(self) -> Any:

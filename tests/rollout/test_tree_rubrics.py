@@ -265,9 +265,10 @@ def test_capped_worlds_fork_and_adopt_capped(tokenizer, tasks):
     assert world.inner.world.inventory()[item] == 99
 
 
-def test_sparse_rubric_calls_choose_and_score_like_dense_ones(tokenizer):
-    """``RubricConfig.sparse_logits`` (the tiny presets: constrained rubric and grade calls from the allowed tokens'
-    logits only) picks the same greedy answer with the same constrained log-probs as the dense path."""
+def test_sparse_and_one_pass_rubric_calls_choose_and_score_like_dense_ones(tokenizer):
+    """``RubricConfig.sparse_logits`` (constrained rubric and grade calls from the allowed tokens' logits only) and
+    ``one_pass`` (the tiny presets: the whole answers scored in one pass, Sampler.choose) pick the same greedy answer
+    with the same constrained log-probs as the dense decode loop."""
     from flax import nnx
 
     from agentjax.agents.rubric import grade_choices, rubric_choices
@@ -282,11 +283,12 @@ def test_sparse_rubric_calls_choose_and_score_like_dense_ones(tokenizer):
     greedy = SamplingParams(temperature=0.0, max_new_tokens=256, stop_token_ids=STOPS, prompt_bucket=64)
     for choices in ([rubric_choices(g, 8) for g in goals],
                     [grade_choices(reference_rubric(g, 8)) for g in goals]):
-        dense, sparse = (_calls(sampler, tokenizer, messages, None, choices, greedy,
-                                RubricConfig(constrained=True, sparse_logits=s), jax.random.key(0))
-                         for s in (False, True))
-        for d, s, allowed in zip(dense, sparse, choices, strict=True):
-            assert d.text == s.text and d.text in allowed
+        dense, sparse, one = (_calls(sampler, tokenizer, messages, None, choices, greedy, RubricConfig(
+            constrained=True, **kw), jax.random.key(0)) for kw in ({}, {"sparse_logits": True}, {"one_pass": True}))
+        for d, s, o, allowed in zip(dense, sparse, one, choices, strict=True):
+            assert d.text == s.text == o.text and d.text in allowed
             np.testing.assert_array_equal(d.response_ids, s.response_ids)
+            np.testing.assert_array_equal(d.response_ids, o.response_ids)
             np.testing.assert_allclose(d.logp, s.logp, atol=2e-5)
+            np.testing.assert_allclose(d.logp, o.logp, atol=2e-5)
             assert (d.logp <= 0).all() and d.logp.sum() < 0  # a real choice among several answers
