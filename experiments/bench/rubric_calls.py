@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import pathlib
 import statistics
@@ -66,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         medians = {}
         for way, changes in WAYS.items():
             rc = dataclasses.replace(config, **changes)
-            fn = lambda rc=rc: _calls(policy, tokenizer, messages, None, choices, params, rc,  # noqa: E731
-                                      jax.random.key(1))
+            fn = functools.partial(_calls, policy, tokenizer, messages, None, choices, params, rc, jax.random.key(1))
             t0 = time.perf_counter()
             out = fn()
             compile_s = time.perf_counter() - t0

@@ -97,8 +97,8 @@ def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | N
 
 
 def smoke_run(method: str, seed: int = 0, *, results: str = RESULTS) -> RunConfig:
-    """2 updates (an arm with several stages: one per stage) from an 8-demonstration warm start of 4 steps, eval on 2 tasks × 1 seed:
-    the pipeline end to end."""
+    """2 updates (an arm with several stages: one per stage) from an 8-demonstration warm start of 4 steps, eval on
+    2 tasks × 1 seed: the pipeline end to end."""
     stages = tuple(min(n, 1) for n in ARMS[method][1]) if method in ARMS else (1, 0, 0)
     run = tiny_run(method, seed, results=results, updates=max(2, sum(stages)))
     if method in ARMS and sum(stages) > 1:  # every stage of the arm once; a 4-step warm start rarely wins a root, so
@@ -122,5 +122,5 @@ def sync_run(seed: int = 0, *, results: str = RESULTS, updates: int = 4) -> RunC
                        out_dir=os.path.join(results, "runs", "sync", "rao", f"seed{seed}"))
 
 
-__all__ = ["ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run", "sync_run",
-           "tiny_run"]
+__all__ = ["ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run",
+           "sync_run", "tiny_run"]

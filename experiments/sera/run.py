@@ -211,10 +211,10 @@ def report(runs: Runs, folder: str, name: str) -> dict:
     cost = cost_table(runs)
     with open(os.path.join(folder, f"{name}_cost.md"), "w") as f:
         f.write(f"# Supervision a training run paid for ({name}; totals over the run, ± SE over seeds; SERA's Table 2 "
-                "analogue)\n\nThe verifier is TextCraft-Synth's program check (no input tokens) or TextWorld-Sync's judge; "
-                "\"labels that train\" counts the batches whose reward reads them (RAO: execution steps, SERA: rubric "
-                "steps), the other labels are diagnostics (SERA's grade agreement). Rubric and grading calls are the "
-                "policy's own batched generate calls. A flat run has none.\n\n" + cost)
+                "analogue)\n\nThe verifier is TextCraft-Synth's program check (no input tokens) or TextWorld-Sync's "
+                "judge; \"labels that train\" counts the batches whose reward reads them (RAO: execution steps, "
+                "SERA: rubric steps), the other labels are diagnostics (SERA's grade agreement). Rubric and grading "
+                "calls are the policy's own batched generate calls. A flat run has none.\n\n" + cost)
     print(shape + "\n" + cost)
     tree = example_tree(runs, os.path.join(folder, "example_tree.txt" if name == "tiny" else f"{name}_tree.txt"))
     if tree:
