@@ -111,15 +111,20 @@ def smoke_run(method: str, seed: int = 0, *, results: str = RESULTS) -> RunConfi
                                             cache_dir=os.path.join(results, "runs", "smoke", "warmstart", method)))
 
 
-def sync_run(seed: int = 0, *, results: str = RESULTS, updates: int = 4) -> RunConfig:
-    """TextWorld-Sync's tiny RAO run: the tiny tree preset (2 tasks × 4 trees, 20 turns a node, the released
-    training budget of 100 shared world steps a tree; evaluation with each task's own budget on 8 validation tasks ×
-    2 trees), ``updates`` optimizer steps, its own planner-tree warm start."""
-    run = preset("tiny", "rao", "textworld_sync")
-    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", "rao_sync"))
-    return run.replace(train=run.train.replace(seed=seed), updates=updates, eval_every=updates,
-                       checkpoint_every=updates, progress=False, warm_start=warm,
-                       out_dir=os.path.join(results, "runs", "sync", "rao", f"seed{seed}"))
+def sync_run(seed: int = 0, *, method: str = "rao", results: str = RESULTS, updates: int = 4) -> RunConfig:
+    """TextWorld-Sync's tiny run of a tree arm of :data:`ARMS` (default RAO): the tiny tree preset (2 tasks × 4
+    trees, 20 turns a node, the released training budget of 100 shared world steps a tree; evaluation with each
+    task's own budget on 8 validation tasks × 2 trees), ``updates`` optimizer steps, its base method's own
+    planner-tree warm start on TextWorld-Sync."""
+    if method not in ARMS:
+        raise ValueError(f"the TextWorld-Sync run trains a tree arm of {tuple(ARMS)}, not {method!r}")
+    base, stages = ARMS[method]
+    run = preset("tiny", base, "textworld_sync")
+    credit = dataclasses.replace(run.train.credit, stages=stages)
+    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", f"{base}_sync"))
+    return run.replace(train=run.train.replace(seed=seed, credit=credit), updates=updates, eval_every=updates,
+                       checkpoint_every=updates, progress=False, warm_start=warm, eval_split="validation",
+                       out_dir=os.path.join(results, "runs", "sync", method, f"seed{seed}"))
 
 
 __all__ = ["ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run",

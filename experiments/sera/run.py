@@ -5,6 +5,7 @@
     python experiments/sera/run.py                       # RAO and GRPO, seeds 0-2 (presets.py: what is matched)
     python experiments/sera/run.py --methods rao --seeds 0
     python experiments/sera/run.py --sync                 # TextWorld-Sync: tiny RAO run, seed 0 (shared world)
+    python experiments/sera/run.py --sync --methods rao sera   # ... and SERA on it
     python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
     python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
     python experiments/sera/run.py --methods sera --search 2   # + rubric-guided search on the last checkpoints
@@ -197,7 +198,7 @@ def report(runs: Runs, folder: str, name: str) -> dict:
     some = runs.get(("rao", 0)) or next(iter(runs.values()))
     ro = some.train.rollout
     command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(name, "")
-    header = (f"# SERA tiny experiment: {'RAO vs flat GRPO' if name != 'sync' else 'RAO'} on {some.env}, "
+    header = (f"# SERA tiny experiment: {' vs '.join(dict.fromkeys(m for m, _ in runs))} on {some.env}, "
               f"{some.train.model.arch.name} with the Qwen tokenizer ({ro.num_groups} root tasks x {ro.group_size} "
               f"rollouts a batch, {some.updates} optimizer steps; eval: first {some.eval_tasks} "
               f"`{some.evaluation_split}` tasks x {some.eval_seeds} seeds = {some.eval_tasks * some.eval_seeds} "
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, help="override the preset's number of optimizer steps")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
     parser.add_argument("--smoke", action="store_true", help="2 updates from a tiny warm start, seed 0")
-    parser.add_argument("--sync", action="store_true", help="the TextWorld-Sync tiny RAO run")
+    parser.add_argument("--sync", action="store_true", help="the TextWorld-Sync tiny run (RAO, or --methods' tree "
+                        "arms)")
     parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
     parser.add_argument("--search", type=int, metavar="N", help="after training, evaluate the SERA arms' last "
                         "checkpoints with rubric-guided search of N candidates (trained and initial grader) and "
@@ -248,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         name, folder = "smoke", os.path.join(args.results, "runs", "smoke")
     elif args.sync:
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
-        runs = {("rao", s): sync_run(s, results=args.results, **({"updates": args.updates} if args.updates else {}))
-                for s in seeds}
+        methods = args.methods if args.methods != list(METHODS) else ["rao"]
+        runs = {(m, s): sync_run(s, method=m, results=args.results,
+                                 **({"updates": args.updates} if args.updates else {})) for s in seeds for m in methods}
         name, folder = "sync", args.results
     else:  # seed by seed: every method has its seed 0 before any seed 1
         runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds

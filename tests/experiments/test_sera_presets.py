@@ -38,6 +38,13 @@ def test_the_arms_are_matched():
     for run in (rao, grpo, sera, smoke_run("rao"), smoke_run("grpo"), smoke_run("sera"), sync_run()):
         run.check()
     assert sync_run().env == "textworld_sync" and sync_run().eval_kwargs["budget"] is None
+    assert sync_run().evaluation_split == "validation"  # the test split stays for paper-scale runs
+    sera_sync = sync_run(method="sera")
+    sera_sync.check()
+    assert sera_sync.train.model == sync_run().train.model and sera_sync.tree == sync_run().tree
+    assert sera_sync.train.credit.stages == (3, 1, 1) and sera_sync.out_dir.endswith(os.path.join("sera", "seed0"))
+    with pytest.raises(ValueError, match="tree arm"):
+        sync_run(method="grpo")
 
 
 def _write_run(out_dir, outcomes: dict[int, list], train_key: str):
