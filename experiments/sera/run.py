@@ -194,7 +194,19 @@ def example_tree(runs: Runs, path: str, method_wanted: str = "rao") -> str | Non
     return None
 
 
+def finished(runs: Runs) -> Runs:
+    """The runs whose last evaluation is at or past their last optimizer step (a tree run's eval files count batches
+    drawn, skipped ones too); a run still training, or not started, is left out of the tables and named."""
+    done = {k: r for k, r in runs.items() if max(eval_outcomes(r.out_dir), default=-1) >= r.updates}
+    for (method, seed) in runs.keys() - done.keys():
+        print(f"not in the tables (not finished): {method} seed {seed}")
+    return done
+
+
 def report(runs: Runs, folder: str, name: str) -> dict:
+    runs = finished(runs)
+    if not runs:
+        raise SystemExit("no finished run to report")
     some = runs.get(("rao", 0)) or next(iter(runs.values()))
     ro = some.train.rollout
     command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(name, "")

@@ -146,3 +146,16 @@ def test_search_table_pairs_search_with_the_runs_last_evaluation(tmp_path):
     # no search 0.25, 0.5; trained 0.5, 0.75; initial 0.25, 0: differences +0.25, +0.25 and 0, -0.5
     assert cells[2].startswith("0.375") and cells[3].startswith("0.625") and cells[4].startswith("0.125")
     assert cells[5] == "+0.250 ± 0" and cells[6].startswith("-0.250 ± 0.25")
+
+
+def test_the_report_leaves_out_runs_still_training(tmp_path, capsys):
+    from experiments.sera.run import finished
+
+    done, running = tmp_path / "done", tmp_path / "running"
+    _write_run(done, {0: [[0, 1]], 10: [[1, 1]]}, "tree/root_success")
+    _write_run(running, {0: [[0, 1]], 5: [[1, 1]]}, "tree/root_success")
+    runs = {("rao", 0): tiny_run("rao", 0).replace(out_dir=str(done)),
+            ("rao", 1): tiny_run("rao", 1).replace(out_dir=str(running)),
+            ("rao", 2): tiny_run("rao", 2).replace(out_dir=str(tmp_path / "none"))}
+    assert list(finished(runs)) == [("rao", 0)]
+    assert "rao seed 1" in capsys.readouterr().out
