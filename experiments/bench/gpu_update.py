@@ -338,6 +338,7 @@ def measure_update(train: TrainConfig, model: Qwen, batch: StepBatch, adv, micro
     one, one_fwd, _ = subset(mb)
     many, many_fwd, many_tokens = subset(k * mb)
     workaround = None
+    print(f"update: first call (compile + 1 of {m_full} micro-batches)", flush=True)  # the H200 log stopped here
     try:
         t0 = time.perf_counter()
         state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(1)))
@@ -347,6 +348,7 @@ def measure_update(train: TrainConfig, model: Qwen, batch: StepBatch, adv, micro
         t0 = time.perf_counter()
         state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(1)))
     first_s = time.perf_counter() - t0
+    print(f"update: first call {first_s:.1f} s", flush=True)
     t0 = time.perf_counter()
     state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(2)))
     t1 = time.perf_counter() - t0

@@ -97,9 +97,17 @@ def bench_train(model: Qwen, args, peak: float | None) -> tuple[dict, Qwen]:
         return optax.apply_updates(params, updates), opt_state, loss
 
     tokens = jnp.asarray(np.random.RandomState(0).randint(0, config.vocab_size, (b, l)), jnp.int32)
+    # compile ahead of time and say so: the first H200 run (2026-12-04) printed nothing for 150 s here, so the log
+    # must show whether the compile or the first step is what takes the time
+    print(f"train B{b} L{l}: compiling", flush=True)
+    t0 = time.perf_counter()
+    train_step = train_step.lower(params, opt_state, tokens).compile()
+    compile_s = time.perf_counter() - t0
+    print(f"train: compiled in {compile_s:.1f} s; first step", flush=True)
     t0 = time.perf_counter()
     params, opt_state, loss = jax.block_until_ready(train_step(params, opt_state, tokens))
     first_s = time.perf_counter() - t0
+    print(f"train: first step {first_s:.2f} s", flush=True)
     losses, times = [float(loss)], []
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -109,7 +117,7 @@ def bench_train(model: Qwen, args, peak: float | None) -> tuple[dict, Qwen]:
     step_s = statistics.median(times)
     flops = config.flops_per_token(l) * b * l
     row = dict(metric="train", shape=f"B{b} L{l}", tokens=b * l, step_s=step_s, all_s=times,
-               compile_s=max(first_s - step_s, 0.0), first_call_s=first_s, tokens_per_s=b * l / step_s,
+               compile_s=compile_s, first_call_s=first_s, tokens_per_s=b * l / step_s,
                flops_per_token=config.flops_per_token(l), model_tflops_per_s=flops / step_s / 1e12,
                mfu=(flops / step_s / peak) if peak else None, loss_first=losses[0], loss_last=losses[-1],
                optimizer="optax.adamw(lr=1e-5, weight_decay=0.01), states in the parameter dtype", chunk=args.chunk)
