@@ -147,11 +147,15 @@ def run_search(runs: Runs, candidates: int) -> None:
 
 def search_table(runs: Runs, candidates: int) -> str:
     """Final eval success without search, with search graded by the checkpoint and by the initial policy, and the
-    paired difference (search − none, episode by episode, then mean ± SE over seeds), per SERA arm."""
+    paired difference (search − none, episode by episode, then mean ± SE over seeds), per SERA arm; and what the
+    search could change: how often a later candidate was committed (per grader), and the share of searched children
+    whose committed candidate was verified against the share where any candidate was (the trained grader's run)."""
     rows = ["| method | seeds | no search | search, trained grader | search, initial grader | trained − none | "
-            "initial − none |", "|---" * 7 + "|"]
+            "initial − none | later candidate committed (trained / initial) | committed verified / any verified |",
+            "|---" * 9 + "|"]
     for method in dict.fromkeys(m for m, _ in runs):
         base, by_grader, diff = [], {g: [] for g in GRADERS}, {g: [] for g in GRADERS}
+        later, verified = {g: [] for g in GRADERS}, ([], [])
         for (m, _), run in runs.items():
             outcomes = eval_outcomes(run.out_dir)
             if m != method or run.train.credit.method != "sera" or not outcomes:
@@ -163,12 +167,20 @@ def search_table(runs: Runs, candidates: int) -> str:
             base.append(float(outcomes[last].mean()))
             for g, path in found.items():
                 with open(path) as f:
-                    searched = np.asarray(json.load(f)["outcomes"], np.float64)
+                    result = json.load(f)
+                searched = np.asarray(result["outcomes"], np.float64)
                 by_grader[g].append(float(searched.mean()))
                 diff[g].append(float((searched - outcomes[last]).mean()))
+                if "search/later_won" in result:
+                    later[g].append(result["search/later_won"])
+                if g == GRADERS[0] and "search/chosen_verified" in result:
+                    verified[0].append(result["search/chosen_verified"])
+                    verified[1].append(result["search/any_verified"])
         if base:
+            share = " / ".join(f"{np.mean(later[g]):.3f}" if later[g] else "—" for g in GRADERS)
+            ceiling = f"{np.mean(verified[0]):.3f} / {np.mean(verified[1]):.3f}" if verified[0] else "—"
             cells = [str(len(base)), _mean_se(base), *(_mean_se(by_grader[g]) for g in GRADERS),
-                     *(_mean_se(diff[g], "{:+.3f}") for g in GRADERS)]
+                     *(_mean_se(diff[g], "{:+.3f}") for g in GRADERS), share, ceiling]
             rows.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
@@ -286,7 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                     "Final eval success of each SERA arm's last checkpoint on the same eval episodes: without search "
                     "(the run's own last evaluation), with search graded by the trained checkpoint, and graded by the "
                     "run's initial (warm-started) policy — the untrained-grader control (SERA Table 4). Mean ± SE over "
-                    f"seeds; differences paired episode by episode. Made by `python experiments/sera/run.py --search "
+                    "seeds; differences paired episode by episode. The last two columns say what search could "
+                    "change: the share of searched children where a later candidate was committed (ties go to the "
+                    "first), and the share whose committed candidate was verified against the share where any "
+                    "candidate was (the ceiling of a perfect grader). Made by `python experiments/sera/run.py --search "
                     f"{args.search}`.\n\n" + table)
         print(table)
     print(json.dumps({f"{m}/seed{s}": r.out_dir for (m, s), r in runs.items()}, indent=1))

@@ -135,7 +135,8 @@ def test_search_table_pairs_search_with_the_runs_last_evaluation(tmp_path):
         _write_run(out, {0: [[0, 0], [0, 0]], 10: plain}, "tree/root_success")
         for name, rows in (("eval_10_search2.json", trained), ("eval_10_search2_initial.json", initial),
                            ("eval_5_search2.json", [[0, 0], [0, 0]])):  # an older one is not read
-            (out / name).write_text(json.dumps({"outcomes": rows}))
+            stats = {"search/later_won": 0.1 * (seed + 1), "search/chosen_verified": 0.5, "search/any_verified": 0.75}
+            (out / name).write_text(json.dumps({"outcomes": rows} | (stats if seed == 0 or "initial" in name else {})))
         runs[("sera", seed)] = tiny_run("sera", seed).replace(out_dir=str(out))
     runs[("rao", 0)] = tiny_run("rao", 0).replace(out_dir=str(tmp_path / "seed0"))  # RAO has no search
     assert search_file(str(tmp_path / "seed0"), 2, "initial").endswith("eval_10_search2_initial.json")
@@ -146,6 +147,8 @@ def test_search_table_pairs_search_with_the_runs_last_evaluation(tmp_path):
     # no search 0.25, 0.5; trained 0.5, 0.75; initial 0.25, 0: differences +0.25, +0.25 and 0, -0.5
     assert cells[2].startswith("0.375") and cells[3].startswith("0.625") and cells[4].startswith("0.125")
     assert cells[5] == "+0.250 ± 0" and cells[6].startswith("-0.250 ± 0.25")
+    # later candidate committed: trained 0.1 (seed 1's file has no search stats), initial mean(0.1, 0.2)
+    assert cells[7] == "0.100 / 0.150" and cells[8] == "0.500 / 0.750"
 
 
 def test_the_report_leaves_out_runs_still_training(tmp_path, capsys):
