@@ -139,19 +139,26 @@ def filter_top_k_top_p(z_bv: Float[Array, "B V"], top_k: int, top_p: float) -> F
     return z_bv
 
 
-def _sparse_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, model, width: int, sub):
+def _sparse_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, model, width: int, sub,
+                   dense_draws: bool = False):
     """Sparse constrained decoding: logits of the allowed tokens only (``h · W[a]`` for the ``width`` slots of
     :func:`~agentjax.models.constrain.allowed_ids`), sampled among them. Returns ``(token_b, logp_b)``: the
     token and its log-probability under the constrained distribution (the masked softmax restricted to the
-    allowed set: the same distribution as the dense path's ``mask_logits``, drawn with other random numbers)."""
+    allowed set: the same distribution as the dense path's ``mask_logits``). Drawn with its own random numbers, or
+    with ``dense_draws`` the dense path's (:func:`_draw_as_dense`: the same token as dense decoding, up to the float
+    rounding of ``h · W[a]`` against the full logits; needs :func:`exact_draws_supported` and no top-k / top-p)."""
     tau = 1.0 if params.greedy else params.temperature
     ids_ba, ok_ba = constrain.allowed_ids(trie, state.node_b, stop_ids, width)
+    if dense_draws:
+        ok_ba = _count_stop_ids_once(ids_ba, ok_ba, stop_ids.shape[0])
     w_bad = jnp.take(model.unembedding_vd, ids_ba, axis=0)
     z_ba = jnp.einsum("BD,BAD->BA", state.hidden_bd, w_bad.astype(state.hidden_bd.dtype),
                       preferred_element_type=jnp.float32) / tau
     z_ba = constrain.mask_logits(z_ba, ok_ba)
     logp_ba = jax.nn.log_softmax(z_ba, axis=-1)
-    if params.greedy:
+    if dense_draws:
+        choice_b = _draw_as_dense(state, params, sub, z_ba, ids_ba, ok_ba, model.unembedding_vd.shape[0])
+    elif params.greedy:
         choice_b = jnp.argmax(z_ba, axis=-1)
     else:
         z_ba = filter_top_k_top_p(z_ba, params.top_k, params.top_p)
@@ -188,33 +195,44 @@ def _gumbel_at(key_data: jax.Array, index: jax.Array) -> jax.Array:
     return -jnp.log(-jnp.log(u))
 
 
-def _exact_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, width: int, sub, z_bv):
-    """Dense constrained decoding's token and log-probs from the allowed tokens only, with the same draws.
+def _count_stop_ids_once(ids_ba: jax.Array, ok_ba: jax.Array, n_stop: int) -> jax.Array:
+    """``ok_ba`` without a stop id's slot where the same id is also a child token: the dense mask's set has it once."""
+    if not n_stop:
+        return ok_ba
+    dup = (ids_ba[:, -n_stop:, None] == ids_ba[:, None, :-n_stop]) & ok_ba[:, None, :-n_stop]
+    return ok_ba.at[:, -n_stop:].set(ok_ba[:, -n_stop:] & ~dup.any(-1))
 
-    The dense path samples ``argmax_v (z_v + g_v)`` over the masked logits (a disallowed ``z`` is
-    ``finfo.min``, which no Gumbel noise ``g`` lifts above an allowed one), so its token is the argmax over the
-    allowed ids with the Gumbel noise of those ids (:func:`_gumbel_at`: the same numbers as the ``[B, V]`` draw,
-    no ``[B, V]`` threefry, logs and mask). Returns ``(token_b, logp_b, logp_unmasked_b)``: the constrained
-    log-prob (softmax over the allowed ids: the dense masked softmax's value up to float rounding) and the
-    unmasked one (the dense path's ``log_softmax(z)``, unchanged). Needs every row active (constrained)."""
-    b, v = z_bv.shape
-    ids_ba, ok_ba = constrain.allowed_ids(trie, state.node_b, stop_ids, width)
-    n_stop = stop_ids.shape[0]
-    if n_stop:  # a stop id that is also a child token is one token (the dense mask's set), counted once
-        dup = (ids_ba[:, -n_stop:, None] == ids_ba[:, None, :-n_stop]) & ok_ba[:, None, :-n_stop]
-        ok_ba = ok_ba.at[:, -n_stop:].set(ok_ba[:, -n_stop:] & ~dup.any(-1))
-    z_ba = constrain.mask_logits(jnp.take_along_axis(z_bv, ids_ba, axis=-1), ok_ba)
-    logp_ba = jax.nn.log_softmax(z_ba, axis=-1)
+
+def _draw_as_dense(state: DecodeState, params: SamplingParams, sub, z_ba, ids_ba, ok_ba, vocab: int) -> jax.Array:
+    """The slot of the token the dense sampler draws, from the allowed tokens' (tempered, masked) logits ``z_ba``.
+
+    The dense path samples ``argmax_v (z_v + g_v)`` over the masked logits (a disallowed ``z`` is ``finfo.min``,
+    which no Gumbel noise ``g`` lifts above an allowed one), so its token is the argmax over the allowed ids with
+    the Gumbel noise of those ids (:func:`_gumbel_at`: the same numbers as the ``[B, V]`` draw, no ``[B, V]``
+    threefry, logs and mask); greedy is the argmax of ``z``. Ties (equal ``z + g``) go to the smaller vocabulary
+    id, as the dense argmax."""
     if params.greedy:
         score_ba = z_ba
     elif state.row_keys is None:  # jax.random.categorical(sub, z_bv): Gumbel noise of flat index b·V + v
-        score_ba = z_ba + _gumbel_at(jax.random.key_data(sub), jnp.arange(b)[:, None] * v + ids_ba)
+        score_ba = z_ba + _gumbel_at(jax.random.key_data(sub), jnp.arange(z_ba.shape[0])[:, None] * vocab + ids_ba)
     else:  # vmap(categorical)(keys_b, z_bv): row b's noise of index v under its own key
         keys_b = jax.vmap(jax.random.fold_in, in_axes=(0, None))(state.row_keys, state.step)
         score_ba = z_ba + _gumbel_at(jax.random.key_data(keys_b)[:, None, :], ids_ba)
-    # ties (equal z + g) go to the smaller vocabulary id, as the dense argmax
     best_b = jnp.max(jnp.where(ok_ba, score_ba, -jnp.inf), axis=-1, keepdims=True)
-    choice_b = jnp.argmin(jnp.where(ok_ba & (score_ba == best_b), ids_ba, v), axis=-1)
+    return jnp.argmin(jnp.where(ok_ba & (score_ba == best_b), ids_ba, vocab), axis=-1)
+
+
+def _exact_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, width: int, sub, z_bv):
+    """Dense constrained decoding's token and log-probs from the allowed tokens only, with the same draws
+    (:func:`_draw_as_dense`). Returns ``(token_b, logp_b, logp_unmasked_b)``: the constrained log-prob (softmax over
+    the allowed ids: the dense masked softmax's value up to float rounding) and the unmasked one (the dense path's
+    ``log_softmax(z)``, unchanged). Needs every row active (constrained)."""
+    v = z_bv.shape[1]
+    ids_ba, ok_ba = constrain.allowed_ids(trie, state.node_b, stop_ids, width)
+    ok_ba = _count_stop_ids_once(ids_ba, ok_ba, stop_ids.shape[0])
+    z_ba = constrain.mask_logits(jnp.take_along_axis(z_bv, ids_ba, axis=-1), ok_ba)
+    logp_ba = jax.nn.log_softmax(z_ba, axis=-1)
+    choice_b = _draw_as_dense(state, params, sub, z_ba, ids_ba, ok_ba, v)
     take = lambda m: jnp.take_along_axis(m, choice_b[:, None], axis=-1)[:, 0]  # noqa: E731
     token_b = take(ids_ba).astype(jnp.int32)
     logp_full = jax.nn.log_softmax(z_bv.astype(jnp.float32), axis=-1)
@@ -222,15 +240,16 @@ def _exact_choice(state: DecodeState, trie, stop_ids, params: SamplingParams, wi
 
 
 def _sample_step(state: DecodeState, trie, stop_ids, max_new_b, params: SamplingParams, graphdef, weights,
-                 sparse_width: int = 0, exact_width: int = 0):
+                 sparse_width: int = 0, exact_width: int = 0, dense_draws: bool = False):
     """One token for every live row, then one decode step of the model on it (``sparse_width > 0``: sparse
     constrained decoding, :func:`_sparse_choice`: no ``[B, V]`` logits, and no unmasked log-probs, NaN;
-    ``exact_width > 0``: the dense path's draws from the allowed tokens, :func:`_exact_choice`)."""
+    ``exact_width > 0``: the dense path's draws from the allowed tokens, :func:`_exact_choice`; ``dense_draws``:
+    sparse decoding with the dense path's draws)."""
     model = nnx.merge(graphdef, weights)
     key, sub = jax.random.split(state.key)
     if sparse_width:
         b = state.hidden_bd.shape[0]
-        token_b, logp_b = _sparse_choice(state, trie, stop_ids, params, model, sparse_width, sub)
+        token_b, logp_b = _sparse_choice(state, trie, stop_ids, params, model, sparse_width, sub, dense_draws)
         logp_un_b = jnp.full_like(logp_b, jnp.nan)
     else:
         b, v = state.logits_bv.shape
@@ -302,15 +321,16 @@ def _prefill(graphdef, weights, tokens_bl, segment_bl, key, row_keys, *, slots: 
                        row_keys=row_keys, hidden_bd=hidden_bd)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "params", "sparse_width", "exact_width"),
+@functools.partial(jax.jit, static_argnames=("graphdef", "params", "sparse_width", "exact_width", "dense_draws"),
                    donate_argnames=("state",))
 def _decode(graphdef, weights, state: DecodeState, trie, stop_ids, max_new_b, until, *, params: SamplingParams,
-            sparse_width: int = 0, exact_width: int = 0):
+            sparse_width: int = 0, exact_width: int = 0, dense_draws: bool = False):
     def cond(s):
         return (s.step < until) & jnp.any(s.finish_b == Finish.RUNNING)
 
     def body(s):
-        return _sample_step(s, trie, stop_ids, max_new_b, params, graphdef, weights, sparse_width, exact_width)
+        return _sample_step(s, trie, stop_ids, max_new_b, params, graphdef, weights, sparse_width, exact_width,
+                            dense_draws)
 
     return jax.lax.while_loop(cond, body, state)
 
@@ -370,6 +390,7 @@ class Sampler:
         max_trie_edges: int = 1024,
         row_keys: jax.Array | None = None,
         sparse: bool = False,
+        dense_draws: bool = False,
     ) -> SampleOutput:
         """Samples a response for every prompt.
 
@@ -390,6 +411,10 @@ class Sampler:
             small model with a large vocabulary the unembedding is nearly all of a decode step). The same
             constrained distribution, drawn with other random numbers than the dense path; ``logp_bt`` is the
             constrained log-prob and ``logp_unmasked_bt`` is NaN (not computed). Needs every row constrained.
+          dense_draws: with ``sparse``, draw with the dense path's random numbers (the Gumbel noise of the allowed
+            ids in the ``[B, V]`` draw): the same tokens as dense decoding up to the float rounding of the
+            allowed logits — speed without changing a run's samples. Needs no top-k / top-p and JAX's
+            partitionable threefry (:func:`exact_draws_supported`); otherwise a ``ValueError``.
         """
         b = len(prompts)
         max_new = params.max_new_tokens
@@ -420,6 +445,10 @@ class Sampler:
                 raise ValueError("sparse decoding samples among the allowed tokens: give every row an allowed list")
             width = constrain.max_branching(trie) + len(params.stop_token_ids)
             width = 1 << (width - 1).bit_length()  # a power of two: few compiled variants
+        if dense_draws and not (sparse and params.top_k == 0 and params.top_p == 1.0 and exact_draws_supported()):
+            raise ValueError("dense_draws reproduces the dense sampler's draws in sparse decoding: it needs "
+                             "sparse=True, top_k=0, top_p=1.0 and JAX's partitionable threefry PRNG "
+                             "(jax_threefry_partitionable=True, the default)")
         exact = 0  # dense decoding of constrained rows: the same draws from the allowed tokens only
         if (not sparse and trie is not None and params.top_k == 0 and params.top_p == 1.0 and exact_draws_supported()
                 and bool(np.all(np.asarray(trie.active_b)))):
@@ -439,7 +468,7 @@ class Sampler:
         while True:
             until = min(until + chunk, max_new)
             state = _decode(self.graphdef, self.weights, state, trie, stop_ids, limit, jnp.int32(until),
-                            params=params, sparse_width=width, exact_width=exact)
+                            params=params, sparse_width=width, exact_width=exact, dense_draws=dense_draws)
             if params.stop_strings:
                 state = self._apply_stop_strings(state, params.stop_strings, done_text)
             if until >= max_new or not bool(jnp.any(state.finish_b == Finish.RUNNING)):

@@ -163,6 +163,7 @@ class CollectConfig:
     success_reward: float = 10.0  # METHODS.md: 10 * R_i
     masked_logp: bool = False  # store the constrained log-probs as behaviour_logp, and allowed_tokens
     sparse_logits: bool = False  # sample from the allowed tokens' logits only (needs masked_logp; Sampler sparse=)
+    dense_draws: bool = False  # flat collector: sparse decoding with the dense draws, the same samples (Sampler)
     max_allowed: int = 16  # A: allowed-token slots per response position with masked_logp
     batch_bucket: int = 8  # the policy batch is padded to a multiple of this ...
     pow2_batches: bool = False  # ... or to a power of two >= batch_bucket (log-many batch shapes to compile)
@@ -196,6 +197,9 @@ class CollectConfig:
         if self.masked_logp and not self.constrained:
             raise ValueError("CollectConfig.masked_logp trains on the constrained decoder's distribution; it needs "
                              "constrained=True")
+        if self.dense_draws and not self.sparse_logits:
+            raise ValueError("CollectConfig.dense_draws gives sparse decoding the dense path's draws; it needs "
+                             "sparse_logits=True")
         if self.sparse_logits and not self.masked_logp:
             raise ValueError("CollectConfig.sparse_logits computes only the allowed tokens' logits, so there are no "
                              "unmasked log-probs to train on; it needs masked_logp=True")
@@ -400,7 +404,7 @@ def run_episodes(
         t0 = time.perf_counter()
         limits = np.array([config.max_response_tokens] * len(live) + [1] * pad, np.int32)
         turn_key = jax.random.fold_in(key, step)
-        extra = {"sparse": True} if config.sparse_logits and all(rows) else {}
+        extra = {"sparse": True, "dense_draws": config.dense_draws} if config.sparse_logits and all(rows) else {}
         if config.row_keys:  # slot s, turn t: fold_in(fold_in(key, t), s), whoever else is still playing
             extra["row_keys"] = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
                 turn_key, np.asarray(live + [n] * pad, np.uint32))

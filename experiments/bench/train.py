@@ -2,20 +2,22 @@
 
 Three measurements in one run (``experiments/bench/results/train.json``):
 
-1. **Before / after** (``--baseline REV``, default ``d399628``): ``REV`` is checked out into a temporary
-   ``git worktree`` (removed at the end) and the same measurement runs in a child process
+1. **Before / after** (``--baseline REV``, default ``d399628``): ``REV`` is checked out into a temporary ``git
+   worktree`` (removed at the end) and the same measurement runs in a child process
    (``experiments/bench/train_child.py``) with ``PYTHONPATH`` at that tree and at this one, alternating
    (``--rounds`` rounds of baseline, current) so that load changes on the shared machine hit both. Both sides run
    the baseline's tiny preset, rebuilt explicitly (Sokoban, verl-agent prompts with 2 history records, 640 prompt
    slots bucketed at 640, 4 groups × 8 rollouts × 15 steps, 10 reply tokens, constrained decoding with
-   ``masked_logp``, micro-batches of 40, 4 mini-batches, the 2-layer d = 64 model with the 151,936-token
-   vocabulary), from the same random-init weights (no warm start), seeds and keys, so that both collect the same
-   episodes. Each child times ``--updates`` updates (collect, credit, update: the loop's order) and reports the
-   medians after the compiling first one; ``update`` is the optimizer step (forward + backward of every row,
-   micro-batched, blocked on), ``generate`` the sampler's calls, ``prompt`` templating / tokenising / tries,
+   ``masked_logp``, micro-batches of 40, 4 mini-batches, AdamW at 2e-3, the 2-layer d = 64 model with the
+   151,936-token vocabulary), from the same random-init weights (no warm start), seeds and keys, so that both
+   collect the same episodes. Each child times ``--updates`` updates (collect, credit, update: the loop's order) and
+   reports the medians after the compiling first one; ``update`` is the optimizer step (forward + backward of every
+   row, micro-batched, blocked on), ``generate`` the sampler's calls, ``prompt`` templating / tokenising / tries,
    ``env`` the environments. The numbers: each side's update metrics (loss, grad_norm, pg_loss, kl), the batch's
-   reward sum and turns, and the sampled tokens, compared update by update. The current tiny preset (compact
-   prompts: a different setting) is timed as its own row, current code only.
+   reward sum and turns, and the sampled tokens, compared update by update. The current side decodes with the
+   allowed tokens' logits only (``sparse_logits``, computed without the ``[B, V]`` logits) and the dense path's
+   random numbers (``dense_draws``: the same tokens); ``--dense`` gives it full-vocabulary decoding instead. The
+   current tiny preset (compact prompts: a different setting) is timed as its own row, current code only.
 2. **Roofline**: this CPU's float32 matmul rate, measured here (jitted matmuls of the model's shapes and a square
    one, best of ``--matmul-reps``), against the FLOP/s achieved by generate and update, with FLOPs counted from
    the config and the batch's real tokens (every row = one turn; ``T_b`` = prompt + reply tokens of row ``b``)::
@@ -70,10 +72,11 @@ COMPARED = ("loss", "grad_norm", "pg_loss", "kl")
 
 
 # -- 1. before / after --------------------------------------------------------------------------------------------
-def run_child(tree: pathlib.Path, setting: str, tag: str, workdir: str, updates: int, method: str) -> dict:
+def run_child(tree: pathlib.Path, setting: str, tag: str, workdir: str, updates: int, method: str,
+              sparse: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree))
     cmd = [sys.executable, str(CHILD), "--setting", setting, "--tag", tag, "--workdir", workdir,
-           "--updates", str(updates), "--method", method]
+           "--updates", str(updates), "--method", method, *(["--sparse"] if sparse else [])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=str(tree), capture_output=True, text=True)
     if proc.returncode:
@@ -326,6 +329,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["grpo", "gigpo", "crbc"])
     parser.add_argument("--loop-updates", type=int, default=4)
     parser.add_argument("--warm-start", action="store_true", help="the loop runs from the cached warm start")
+    parser.add_argument("--dense", action="store_true",
+                        help="the current side decodes with full-vocabulary logits, as the baseline does (default: "
+                             "sparse constrained decoding, today's tiny presets' path; the numbers are compared)")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args()
     if args.updates < 2 or args.loop_updates < 2:
@@ -349,7 +355,8 @@ def main() -> None:
         for i in range(args.rounds):
             print(f"round {i + 1}/{args.rounds}", flush=True)
             base_runs.append(run_child(tree, "baseline", f"base{i}", workdir, args.updates, args.method))
-            cur_runs.append(run_child(ROOT, "baseline", f"cur{i}", workdir, args.updates, args.method))
+            cur_runs.append(run_child(ROOT, "baseline", f"cur{i}", workdir, args.updates, args.method,
+                                      sparse=not args.dense))
         if not args.no_compact:
             compact_runs.append(run_child(ROOT, "current", "compact0", workdir, args.updates, args.method))
         peak = out["matmul"]["peak_flops_per_s"]
@@ -368,6 +375,8 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     out["meta"] = dict(machine=platform.machine(), python=platform.python_version(), cpu_count=os.cpu_count(),
                        baseline=rev, current=head + ("+dirty" if dirty else ""), rounds=args.rounds,
+                       current_decoding="dense" if args.dense else
+                       "sparse with the dense draws (sparse_logits, dense_draws)",
                        updates=args.updates, method=args.method, loadavg_start=load_start,
                        loadavg_end=os.getloadavg(), date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                        credit_target=CREDIT_TARGET)

@@ -66,6 +66,8 @@ def baseline_run(run):
         if hasattr(run.collect, name):  # fields the baseline lacks: their baseline behaviour
             changes[name] = value
     train = run.train.replace(mini_batches=4) if hasattr(run.train, "mini_batches") else run.train
+    # the baseline's AdamW step: the tiny Sokoban preset's has changed since (TINY_LEARNING_RATES)
+    train = train.replace(optimizer=dataclasses.replace(train.optimizer, learning_rate=2e-3))
     return run.replace(collect=run.collect.replace(**changes), train=train)
 
 
@@ -77,6 +79,10 @@ def main() -> None:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--tag", default="run")
     parser.add_argument("--profile", action="store_true", help="one more update under jax.profiler.trace")
+    parser.add_argument("--sparse", action="store_true",
+                        help="with --setting baseline: decode with the allowed tokens' logits only (sparse_logits, "
+                             "today's tiny presets' decoding) and the dense path's draws (dense_draws), the other "
+                             "settings unchanged")
     args = parser.parse_args()
 
     import jax
@@ -129,6 +135,8 @@ def main() -> None:
                       warm_start=None, progress=False)
     if args.setting == "baseline":
         run = baseline_run(run)
+        if args.sparse:
+            run = run.replace(collect=run.collect.replace(sparse_logits=True, dense_draws=True))
     t = setup(run)
     cfg, ro = run.train, run.train.rollout
     records = []

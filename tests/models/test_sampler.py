@@ -255,3 +255,26 @@ def test_dense_constrained_draws_from_the_allowed_tokens_only_are_the_same(tempe
     np.testing.assert_array_equal(fast.length_b, dense.length_b)
     np.testing.assert_array_equal(fast.logp_unmasked_bt, dense.logp_unmasked_bt)
     np.testing.assert_allclose(fast.logp_bt, dense.logp_bt, rtol=1e-6, atol=1e-6)
+    # sparse decoding with the dense draws: the same tokens from h · W[allowed] alone (no unmasked log-probs)
+    monkeypatch.undo()
+    sparse = sampler.generate(prompts, params, jax.random.key(4), allowed=SPARSE_ROWS, sparse=True, dense_draws=True,
+                              **extra)
+    np.testing.assert_array_equal(sparse.tokens_bt, dense.tokens_bt)
+    np.testing.assert_array_equal(sparse.length_b, dense.length_b)
+    np.testing.assert_allclose(sparse.logp_bt, dense.logp_bt, atol=2e-5)
+    assert np.isnan(sparse.logp_unmasked_bt[:, 0]).all()
+    if temperature:  # and its own draws are another sample of the same distribution
+        own = sampler.generate(prompts, params, jax.random.key(4), allowed=SPARSE_ROWS, sparse=True, **extra)
+        assert not np.array_equal(own.tokens_bt, dense.tokens_bt)
+
+
+def test_dense_draws_need_sparse_decoding_without_top_k_or_top_p():
+    sampler = _qwen_vocab_sampler()
+    stops = (IM_END_ID,)
+    rows = [["look", "go to desk 1"]]
+    with pytest.raises(ValueError, match="dense_draws .* needs sparse=True"):
+        sampler.generate([[1, 2]], SamplingParams(max_new_tokens=8, stop_token_ids=stops), jax.random.key(0),
+                         allowed=rows, dense_draws=True)
+    with pytest.raises(ValueError, match="top_k=0"):
+        sampler.generate([[1, 2]], SamplingParams(max_new_tokens=8, stop_token_ids=stops, top_k=1),
+                         jax.random.key(0), allowed=rows, sparse=True, dense_draws=True)

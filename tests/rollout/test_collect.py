@@ -281,6 +281,21 @@ def test_masked_logp_records_the_decoders_choices_and_the_trainer_reproduces_its
     assert forced.any() and np.allclose(logp[forced], 0.0, atol=1e-6)  # a forced token is certain
 
 
+def test_sparse_decoding_with_dense_draws_collects_the_dense_episodes(sampler):
+    """``dense_draws``: the collector's sparse decoding draws the dense path's random numbers, so the episodes (every
+    response token, every behaviour log-prob up to float rounding) are the dense collector's."""
+    config = SOKOBAN_CONFIG.replace(constrained=True, masked_logp=True)
+    runs = [run_episodes(SerialPool(SokobanEnv, 8), SOKOBAN_TASKS, sampler, c, jax.random.key(5))
+            for c in (config, config.replace(sparse_logits=True, dense_draws=True))]
+    dense, sparse = ([t for ep in r.episodes for t in ep.turns] for r in runs)
+    assert len(dense) == len(sparse) and len(dense) > 8
+    assert [list(map(int, t.response_ids)) for t in dense] == [list(map(int, t.response_ids)) for t in sparse]
+    b_dense, b_sparse = (_np(to_step_batch(r, config)) for r in runs)
+    np.testing.assert_allclose(b_sparse.behaviour_logp, b_dense.behaviour_logp, atol=2e-5)
+    with pytest.raises(ValueError, match="dense_draws .* needs sparse_logits=True"):
+        config.replace(dense_draws=True)
+
+
 def test_constrained_choices_follow_the_trie():
     from agentjax.rollout.collect import constrained_choices
 
