@@ -14,10 +14,11 @@ start, rooms, sampling streams and budget (20 updates × 16 rooms × 8 rollouts)
 (≤ one root per room with a failure, Sokoban's BFS solver from the restored snapshot, λ_O = 0.1) and nothing else:
 its primary rollouts of the first update are those of the base run (tests/train/test_sero.py).
 
-The report reads only the runs' files: ``results/tiny_results.md`` / ``.json`` / ``tiny_curves.png`` (eval success
-± SE over seeds, gains paired by episode, each ``+sero`` arm's paired difference to its own base), the ablations in
-``ablations_results.*``, and ``tiny_branches.md`` (what the branches did: roots attempted / valid / gated in, oracle
-steps, branch vs on-policy suffix success, the branch's environment steps and time as shares of the update's).
+The report reads only the runs' files: ``results/tiny_results.md`` / ``.json`` / ``tiny_curves.png`` (eval success ±
+SE over seeds, gains paired by episode, each ``+sero`` arm's paired difference to its own base), the ablations in
+``ablations_results.*``, the interaction-matched baselines in ``matched_results.*``, and ``tiny_branches.md`` (what
+the branches did: roots attempted / valid / gated in, oracle steps, branch vs on-policy suffix success, the branch's
+environment steps and time as shares of the update's).
 """
 
 from __future__ import annotations
@@ -186,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] == f"{args.methods[0]}+sero"
              or k[0] == args.methods[0]}
     if len({lab for lab, _ in extra}) > 2:
-        report(extra, folder, "ablations", "SERO ablations", command)
+        name, title = ("ablations", "SERO ablations") if args.ablations else (
+            "matched", "SERO interaction-matched baselines (§A.2: extra base updates for the branches' env steps)")
+        report(extra, folder, name, title, command)
     return 0
 
 
