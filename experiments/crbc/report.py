@@ -11,7 +11,7 @@ and runs of different methods with the same seed share them too: common random n
   (``S`` seeds; the episode noise is inside the seed-to-seed spread);
 - gain = final − initial per seed (paired episode by episode), mean ± SE over seeds; ``z`` = mean / SE;
 - the paired difference to :data:`BASELINE`: per seed, the mean over the same episodes of the two methods'
-  outcomes' difference, then mean ± SE over seeds;
+  final outcomes' difference (each run's last evaluation), then mean ± SE over seeds;
 - updates to threshold: the first eval update at which the method's seed-mean eval success reaches the threshold
   (default GraphGPO's final seed-mean success, the paper's comparison: "CRBC reaches GraphGPO's final reward in
   about half the updates"); ``—`` if never.
@@ -109,11 +109,11 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
         diffs, tdiffs = [], []
         for s in common:
             mine, base = outcomes[(label, s)], outcomes[(baseline, s)]
-            u = min(max(mine), max(base))
-            if u not in mine or u not in base:  # step keys differ (a tree run counts batches): final vs final
-                mine, base = {u: mine[max(mine)]}, {u: base[max(base)]}
-            if mine[u].shape == base[u].shape:
-                diffs.append(float((mine[u] - base[u]).mean()))
+            # final vs final: each run's last evaluation (the same episodes), also where the runs' lengths differ
+            # (an interaction-matched run's extra updates, a tree run counting batches)
+            final, base_final = mine[max(mine)], base[max(base)]
+            if final.shape == base_final.shape:
+                diffs.append(float((final - base_final).mean()))
             tm, tb = train[(label, s)], train[(baseline, s)]
             tdiffs.append(float(np.mean([tm[k] - tb[k] for k in sorted(set(tm) & set(tb))])))
         table[label]["baseline"] = baseline

@@ -184,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python experiments/sero/run.py", *given])
     main_runs = {k: r for k, r in runs.items() if ":" not in k[0]}
     report(main_runs, folder, "smoke" if args.smoke else "tiny", "SERO tiny experiment", command)
-    extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] == f"{args.methods[0]}+sero"
-             or k[0] == args.methods[0]}
+    shown = args.methods[:1] if args.ablations else args.methods  # the bases and SERO arms beside the extra runs
+    extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] in shown
+             or k[0] in {f"{m}+sero" for m in shown}}
     if len({lab for lab, _ in extra}) > 2:
         name, title = ("ablations", "SERO ablations") if args.ablations else (
             "matched", "SERO interaction-matched baselines (§A.2: extra base updates for the branches' env steps)")
