@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import faulthandler
 import functools
 import os
 import pathlib
@@ -196,6 +197,8 @@ def main():
     parser.add_argument("--decode-repeats", type=int, default=3)
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--peak-flops", type=float, default=None, help="peak bf16 FLOP/s of one device")
+    parser.add_argument("--stack-dump-every", type=float, default=0,
+                        help="print every thread's Python stack every S seconds (to see where a stall is; 0: off)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help=f"default {RESULTS} (a dry run: a file in the temporary directory)")
     args = parser.parse_args()
@@ -204,6 +207,8 @@ def main():
     if args.dry_run:
         args.batch, args.seq, args.chunk, args.steps = 2, 64, 32, 2
         args.decode_batch, args.prompt_len, args.new_tokens, args.decode_repeats = 4, 8, 8, 1
+    if args.stack_dump_every > 0:
+        faulthandler.dump_traceback_later(args.stack_dump_every, repeat=True)
     device = jax.devices()[0]
     peak = peak_flops(device, args.peak_flops)
     config = make_config(args)
@@ -212,6 +217,7 @@ def main():
     t0 = time.perf_counter()
     model = Qwen(config, rngs=nnx.Rngs(0))
     init_s = time.perf_counter() - t0
+    print(f"model initialised in {init_s:.1f} s", flush=True)
     rows = []
     train, model = bench_train(model, args, peak)
     rows.append(train)

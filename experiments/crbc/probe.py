@@ -25,6 +25,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 from agentjax.train import runconfig  # noqa: E402
+from agentjax.train.presets import tiny_arch  # noqa: E402
 from experiments.crbc import run as experiment  # noqa: E402
 from experiments.crbc.presets import tiny_run  # noqa: E402
 from experiments.crbc.report import episode_gain  # noqa: E402
@@ -52,11 +53,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="evaluation temperature (0: greedy, one eval seed; default: the sampler's 1.0)")
     parser.add_argument("--fixed-rooms", type=int, default=None,
                         help="train on the eval split's first N rooms and evaluate on them (module docstring)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="the policy's d_model (default: the tiny preset's 64; heads of 16 dims, MLP 4x; the "
+                             "warm start is built for this policy and cached under its own key)")
+    parser.add_argument("--layers", type=int, default=None, help="the policy's blocks (default: the preset's 2)")
     parser.add_argument("--out", required=True, help="the run's folder")
     args = parser.parse_args(argv)
     run = tiny_run(args.method, args.seed, updates=args.updates)
     optimizer = dataclasses.replace(run.train.optimizer, learning_rate=args.lr)
     run = run.replace(train=run.train.replace(optimizer=optimizer, mini_batches=args.mini_batches), out_dir=args.out)
+    if args.width or args.layers:
+        width = args.width or run.train.model.arch.d_model
+        arch = tiny_arch(d_model=width, mlp_dim=4 * width, num_heads=width // 16, num_kv_heads=max(width // 32, 1),
+                         head_dim=16, num_layers=args.layers or run.train.model.arch.num_layers,
+                         name=f"tiny-qwen2-151k-d{width}-l{args.layers or run.train.model.arch.num_layers}")
+        run = run.replace(train=run.train.replace(model=dataclasses.replace(run.train.model, arch=arch)))
     if args.groups:
         run = run.with_sizes(num_groups=args.groups)
     if args.eval_temperature is not None:
@@ -74,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     experiment.run_one(run)
     curve = episode_gain(args.out)
     print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
-                          groups=run.train.rollout.num_groups, fixed_rooms=args.fixed_rooms) | curve))
+                          groups=run.train.rollout.num_groups, arch=run.train.model.arch.name,
+                          fixed_rooms=args.fixed_rooms) | curve))
 
 
 if __name__ == "__main__":
