@@ -48,6 +48,14 @@ class QwenConfig:
       param_dtype: storage dtype of the parameters ("float32" or "bfloat16").
       dtype: activation / matmul dtype. Norms, the softmax and log-probs are always computed in float32.
       remat: wrap each block in ``nnx.remat`` (recompute activations in the backward pass).
+      attention_chunk: queries per block of the no-cache attention (training forwards, prefill); 0: by backend,
+        64 on the CPU, 256 on accelerators (:func:`agentjax.models.qwen.causal_attention`).
+      attention_unroll: at most this many query blocks are unrolled, each scoring only the keys up to its end
+        (half the scores of a square); a longer sequence loops over blocks of one shape in a ``lax.map`` that
+        scores every key, masked, so the compiled program does not grow with the sequence. 0: by backend, 128 on
+        the CPU (unrolled up to 8,192 tokens: on a CPU the triangle is faster, 2.3x per step at 2,048 tokens, and
+        compiles are cached), 1 on accelerators (an H200 compile of the 1.5B training step at 2,048 tokens, 32
+        unrolled blocks a layer, did not finish in 200 s: ``experiments/bench/gpu_train_probe.sh``).
       name: the preset's name, for logs.
     """
 
@@ -67,6 +75,8 @@ class QwenConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
+    attention_chunk: int = 0
+    attention_unroll: int = 0
     name: str = "custom"
 
     def __post_init__(self):
@@ -79,6 +89,9 @@ class QwenConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        for field in ("attention_chunk", "attention_unroll"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"QwenConfig.{field} must be >= 0 (0: chosen by backend), got {getattr(self, field)}")
         for field in ("param_dtype", "dtype"):
             if getattr(self, field) not in _DTYPES:
                 raise ValueError(f"QwenConfig.{field}={getattr(self, field)!r}; choose one of {sorted(_DTYPES)}")

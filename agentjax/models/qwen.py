@@ -176,13 +176,27 @@ class Attention(nnx.Module):
         return dense(out_blnh, self.o_nhd[...].astype(dt), contract=2), new_cache  # BLNH,NHD->BLD
 
 
-QUERY_CHUNK = 64  # queries per block of the no-cache path; keys past the block's end are never scored
+QUERY_CHUNK = 64  # queries per block of the no-cache path on the CPU; keys past an unrolled block's end are skipped
+ACCELERATOR_CHUNK = 256  # the same on accelerators, where blocks are scanned (QwenConfig.attention_unroll)
+
+
+def attention_blocks(cfg: QwenConfig, length: int) -> tuple[int, bool]:
+    """``(queries per block, unrolled?)`` of the no-cache attention over ``length`` queries (QwenConfig's
+    ``attention_chunk`` and ``attention_unroll``; 0 picks by backend)."""
+    cpu = jax.default_backend() == "cpu"
+    chunk = cfg.attention_chunk or (QUERY_CHUNK if cpu else ACCELERATOR_CHUNK)
+    unroll = cfg.attention_unroll or (128 if cpu else 1)
+    return chunk, -(-length // chunk) <= unroll
 
 
 def causal_attention(cfg: QwenConfig, q_blnh, k_blkh, v_blkh, segment_bl, *, by_rows: bool = False,
                      prefix_kv=None):
     """The no-cache (prefill-free) path: query ``i`` attends to key ``j ≤ i`` of its own segment (``segment_bl``,
-    0 = padding), in query chunks of :data:`QUERY_CHUNK` (chunk ``c`` only scores keys ``[0, c_end)``).
+    0 = padding), in query blocks (:func:`attention_blocks`). Up to ``attention_unroll`` blocks are unrolled and
+    block ``c`` only scores keys ``[0, c_end)``; past that the blocks run in a ``lax.map`` of one shape (the
+    sequence padded to whole blocks), each scoring every key under the mask — twice the score FLOPs of the
+    triangle, a compiled program that does not grow with the sequence, and ``[B, N, chunk, S]`` scores at a time.
+    Both give the same numbers: a masked key's weight is exactly 0 (:func:`attend`).
     ``prefix_kv``: ``(k [1, P, K, H], v [1, P, K, H])`` of a prefix every row continues (:meth:`Qwen.decode`'s
     ``prefix_p``): every query also attends to all ``P`` prefix keys, which come first.
 
@@ -193,6 +207,8 @@ def causal_attention(cfg: QwenConfig, q_blnh, k_blkh, v_blkh, segment_bl, *, by_
     on the tiny preset's micro-batch (40 rows of 522 tokens, ``experiments/bench/train.py``). Accelerators and
     sharded batches take the whole batch at once.
     """
+    chunk, unrolled = attention_blocks(cfg, q_blnh.shape[1])
+
     def rows(q_blnh, k_blkh, v_blkh, segment_bl):
         b, l = segment_bl.shape
         if prefix_kv is not None:  # the prefix's keys first, seen by every query
@@ -201,16 +217,34 @@ def causal_attention(cfg: QwenConfig, q_blnh, k_blkh, v_blkh, segment_bl, *, by_
                               for x, y in zip(prefix_kv, (k_blkh, v_blkh), strict=True))
         else:
             p = 0
-        outs = []
-        for s in range(0, l, QUERY_CHUNK):
-            e = min(l, s + QUERY_CHUNK)
-            seg_q, seg_k = segment_bl[:, s:e, None], segment_bl[:, None, :e]
-            causal = jnp.arange(e)[None, None, :] <= jnp.arange(s, e)[None, :, None]
-            allowed = (seg_q == seg_k) & (seg_k != 0) & causal
+
+        def allowed_for(seg_q, q_pos, key_end):  # [B, C, P + key_end]
+            seg_k = segment_bl[:, None, :key_end]
+            causal = jnp.arange(key_end)[None, None, :] <= q_pos[None, :, None]
+            allowed = (seg_q[:, :, None] == seg_k) & (seg_k != 0) & causal
             if p:
-                allowed = jnp.concatenate([jnp.ones((b, e - s, p), bool), allowed], axis=2)
-            outs.append(attend(cfg, q_blnh[:, s:e], k_blkh[:, :p + e], v_blkh[:, :p + e], allowed))
-        return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+                allowed = jnp.concatenate([jnp.ones((b, q_pos.shape[0], p), bool), allowed], axis=2)
+            return allowed
+
+        if unrolled:
+            outs = []
+            for s in range(0, l, chunk):
+                e = min(l, s + chunk)
+                allowed = allowed_for(segment_bl[:, s:e], jnp.arange(s, e), e)
+                outs.append(attend(cfg, q_blnh[:, s:e], k_blkh[:, :p + e], v_blkh[:, :p + e], allowed))
+            return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+        n = -(-l // chunk)
+        pad = n * chunk - l  # padded queries are segment 0: fully masked, finite, sliced off
+        q_cblnh = jnp.pad(q_blnh, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(b, n, chunk, *q_blnh.shape[2:])
+        seg_cbl = jnp.pad(segment_bl, ((0, 0), (0, pad))).reshape(b, n, chunk)
+
+        @jax.checkpoint  # the backward pass recomputes one block's scores at a time
+        def block(xs):
+            q, seg_q, start = xs
+            return attend(cfg, q, k_blkh, v_blkh, allowed_for(seg_q, start + jnp.arange(chunk), l))
+
+        out = jax.lax.map(block, (q_cblnh.swapaxes(0, 1), seg_cbl.swapaxes(0, 1), jnp.arange(n) * chunk))
+        return out.swapaxes(0, 1).reshape(b, n * chunk, *q_blnh.shape[2:])[:, :l]
 
     if not by_rows:
         return rows(q_blnh, k_blkh, v_blkh, segment_bl)

@@ -1,5 +1,7 @@
 """The decoder against transformers layer by layer, masks and positions, numerics options, presets."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -240,3 +242,51 @@ def test_row_by_row_attention_equals_the_batched_one():
         for a_, b_ in zip(jax.jit(jax.grad(loss(True), (0, 1, 2)))(q, kv[0], kv[1]),
                           jax.jit(jax.grad(loss(False), (0, 1, 2)))(q, kv[0], kv[1]), strict=True):
             np.testing.assert_allclose(a_, b_, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [17, QUERY_CHUNK])
+def test_scanned_attention_blocks_equal_the_unrolled_ones(chunk):
+    """QwenConfig.attention_unroll: blocks in a lax.map over every key (masked) give the unrolled blocks' numbers —
+    outputs and gradients, with padding, a packed segment and a shared prefix, batched and row by row."""
+    unrolled = QwenConfig.tiny_qwen2(attention_chunk=chunk, attention_unroll=64)
+    scanned = unrolled.replace(attention_unroll=1)
+    rng = np.random.RandomState(3)
+    b, length, n, k, h = 3, 2 * chunk + 11, unrolled.num_heads, unrolled.num_kv_heads, unrolled.head_dim
+    q = jnp.asarray(rng.randn(b, length, n, h), jnp.float32)
+    kv = jnp.asarray(rng.randn(2, b, length, k, h), jnp.float32)
+    prefix = tuple(jnp.asarray(rng.randn(1, 5, k, h), jnp.float32) for _ in range(2))
+    seg = np.ones((b, length), np.int32)
+    seg[0, :chunk + 3] = 0
+    seg[2, length - 7:] = 2
+    real = jnp.asarray(seg != 0)[..., None, None]
+    for prefix_kv, by_rows in ((None, False), (prefix, False), (prefix, True)):
+        def loss(cfg, q, k_, v, prefix_kv=prefix_kv, by_rows=by_rows):
+            out = causal_attention(cfg, q, k_, v, jnp.asarray(seg), by_rows=by_rows, prefix_kv=prefix_kv)
+            return jnp.sum(jnp.where(real, out, 0.0) ** 2), out
+
+        (la, oa), ga = jax.jit(jax.value_and_grad(functools.partial(loss, unrolled), (0, 1, 2), has_aux=True))(
+            q, kv[0], kv[1])
+        (lb, ob), gb = jax.jit(jax.value_and_grad(functools.partial(loss, scanned), (0, 1, 2), has_aux=True))(
+            q, kv[0], kv[1])
+        np.testing.assert_allclose(np.where(real, ob, 0), np.where(real, oa, 0), rtol=1e-5, atol=1e-6)
+        for a_, b_ in zip(ga, gb, strict=True):
+            np.testing.assert_allclose(b_, a_, rtol=1e-4, atol=1e-5)
+
+
+def test_scanned_attention_program_does_not_grow_with_the_sequence():
+    """With one unrolled block at most, a 4x longer sequence lowers to the same number of matmuls (the GPU compile
+    of the unrolled path grew with the sequence); unrolled, it has more."""
+    def dots(cfg, length):
+        model = Qwen(cfg, rngs=nnx.Rngs(0))
+        graphdef, params = nnx.split(model)
+
+        def loss(params, tokens):
+            return jnp.mean(nnx.merge(graphdef, params).decode(tokens).hidden_bld ** 2)
+
+        text = jax.jit(jax.grad(loss)).lower(params, jnp.zeros((2, length), jnp.int32)).as_text()
+        return text.count("dot_general")
+
+    base = QwenConfig.tiny_qwen2(num_layers=1, attention_chunk=32)
+    scanned, unrolled = base.replace(attention_unroll=1), base.replace(attention_unroll=64)
+    assert dots(scanned, 64) == dots(scanned, 256)
+    assert dots(unrolled, 256) > dots(unrolled, 64)
