@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mini-batches", type=int, required=True, help="optimizer steps per update")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
     parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 16)")
+    parser.add_argument("--group-size", type=int, default=None,
+                        help="rollouts a room (default: the preset's 8); with --groups, the rooms/rollouts trade-off")
     parser.add_argument("--eval-temperature", type=float, default=None,
                         help="evaluation temperature (0: greedy, one eval seed; default: the sampler's 1.0)")
     parser.add_argument("--fixed-rooms", type=int, default=None,
@@ -68,8 +70,9 @@ def main(argv: list[str] | None = None) -> None:
                          head_dim=16, num_layers=args.layers or run.train.model.arch.num_layers,
                          name=f"tiny-qwen2-151k-d{width}-l{args.layers or run.train.model.arch.num_layers}")
         run = run.replace(train=run.train.replace(model=dataclasses.replace(run.train.model, arch=arch)))
-    if args.groups:
-        run = run.with_sizes(num_groups=args.groups)
+    if args.groups or args.group_size:
+        run = run.with_sizes(**({"num_groups": args.groups} if args.groups else {}),
+                             **({"group_size": args.group_size} if args.group_size else {}))
     if args.eval_temperature is not None:
         run = run.replace(eval_temperature=args.eval_temperature,
                           eval_seeds=1 if args.eval_temperature == 0 else run.eval_seeds)
@@ -85,8 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     experiment.run_one(run)
     curve = episode_gain(args.out)
     print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
-                          groups=run.train.rollout.num_groups, arch=run.train.model.arch.name,
-                          fixed_rooms=args.fixed_rooms) | curve))
+                          groups=run.train.rollout.num_groups, group_size=run.train.rollout.group_size,
+                          arch=run.train.model.arch.name, fixed_rooms=args.fixed_rooms) | curve))
 
 
 if __name__ == "__main__":
