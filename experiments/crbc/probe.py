@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="the policy's d_model (default: the tiny preset's 64; heads of 16 dims, MLP 4x; the "
                              "warm start is built for this policy and cached under its own key)")
     parser.add_argument("--layers", type=int, default=None, help="the policy's blocks (default: the preset's 2)")
+    parser.add_argument("--warm-steps", type=int, default=None,
+                        help="AdamW steps of the warm start (default: the preset's 2,000; a weaker start is cached "
+                             "under its own key)")
     parser.add_argument("--out", required=True, help="the run's folder")
     args = parser.parse_args(argv)
     run = tiny_run(args.method, args.seed, updates=args.updates)
@@ -70,6 +73,8 @@ def main(argv: list[str] | None = None) -> None:
                          head_dim=16, num_layers=args.layers or run.train.model.arch.num_layers,
                          name=f"tiny-qwen2-151k-d{width}-l{args.layers or run.train.model.arch.num_layers}")
         run = run.replace(train=run.train.replace(model=dataclasses.replace(run.train.model, arch=arch)))
+    if args.warm_steps:
+        run = run.replace(warm_start=dataclasses.replace(run.warm_start, steps=args.warm_steps))
     if args.groups or args.group_size:
         run = run.with_sizes(**({"num_groups": args.groups} if args.groups else {}),
                              **({"group_size": args.group_size} if args.group_size else {}))
@@ -89,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     curve = episode_gain(args.out)
     print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
                           groups=run.train.rollout.num_groups, group_size=run.train.rollout.group_size,
-                          arch=run.train.model.arch.name, fixed_rooms=args.fixed_rooms) | curve))
+                          arch=run.train.model.arch.name, warm_steps=run.warm_start.steps,
+                          fixed_rooms=args.fixed_rooms) | curve))
 
 
 if __name__ == "__main__":
