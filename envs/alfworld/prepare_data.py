@@ -29,6 +29,21 @@ VERSION = "json_2.1.1"
 SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 
 
+def safe_extract(tar: tarfile.TarFile, dest: str) -> None:
+    """``tar.extractall(dest)`` of regular files and folders inside ``dest`` only: Python's ``filter="data"`` where
+    it exists (3.11.4 and later; Debian 12's python3.11 is 3.11.2), else the same check by hand."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = os.path.realpath(dest)
+    for member in tar.getmembers():
+        path = os.path.realpath(os.path.join(dest, member.name))
+        if not (member.isfile() or member.isdir()) or os.path.commonpath([root, path]) != root:
+            raise ValueError(f"{tar.name}: refusing to unpack {member.name!r} (a link, a device or a path outside "
+                             "the destination)")
+    tar.extractall(dest)
+
+
 def extract_split(archive: pathlib.Path, dest: pathlib.Path, split: str) -> bool:
     """Unpacks one split into ``dest/json_2.1.1/<split>``; False when it was already there."""
     target = dest / VERSION / split
@@ -37,7 +52,7 @@ def extract_split(archive: pathlib.Path, dest: pathlib.Path, split: str) -> bool
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{split}.") as tmp:
         with tarfile.open(archive, "r:xz") as tar:
-            tar.extractall(tmp, filter="data")
+            safe_extract(tar, tmp)
         unpacked = pathlib.Path(tmp) / split
         if not unpacked.is_dir():
             unpacked = pathlib.Path(tmp) / VERSION / split

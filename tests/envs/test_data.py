@@ -24,6 +24,7 @@ import pytest
 
 from envs import data
 from envs import data_official as official
+from envs.alfworld.prepare_data import safe_extract
 
 SHARED = data.default_root()
 
@@ -238,7 +239,7 @@ def test_alfworld_release_zip_becomes_a_split_archive(tmp_path):
     with tarfile.open(archive) as tar:
         assert sorted(m.name for m in tar if m.isfile()) == sorted(kept)
     with tarfile.open(archive, "r:xz") as tar:  # as envs/alfworld/prepare_data.py unpacks it
-        tar.extractall(tmp_path / "games", filter="data")
+        safe_extract(tar, str(tmp_path / "games"))
     for name, body in kept.items():
         assert (tmp_path / "games" / name).read_bytes() == body
     assert bad.status == "failed" and bad.detail == (
@@ -420,3 +421,28 @@ def test_every_manifest_file_has_an_official_recipe():
         assert all(name in official.ARTIFACTS for name in names)
     urls = [url for artifact in official.ARTIFACTS.values() for url in artifact.urls]
     assert all(url.startswith("https://") for url in urls)
+
+
+def test_safe_extract_unpacks_files_and_refuses_paths_outside(tmp_path, monkeypatch):
+    """prepare_data.safe_extract: Python's data filter where it exists, the same check by hand on Python < 3.11.4."""
+    import io
+
+    def archive(name: str) -> tarfile.TarFile:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+        buf.seek(0)
+        return tarfile.open(fileobj=buf)
+
+    for by_hand in (False, True):
+        if by_hand:
+            monkeypatch.delattr(tarfile, "data_filter", raising=False)
+        dest = tmp_path / str(by_hand)
+        dest.mkdir()
+        safe_extract(archive("split/a.json"), str(dest))
+        assert (dest / "split" / "a.json").read_bytes() == b"hi"
+        with pytest.raises((ValueError, tarfile.TarError)):
+            safe_extract(archive("../outside.json"), str(dest))
+        assert not (tmp_path / "outside.json").exists()
