@@ -68,8 +68,9 @@ log = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 RUN_CONFIG = "run_config.json"
+HELD_OUT = "held_out"  # the second evaluation series (RunConfig.held_out_tasks): eval/held_out/, held_out/ metrics
 # Keys of the config that a resumed run must share with its checkpoint (the rest is schedule and files).
-RESUME_KEYS = ("train", "env", "env_kwargs", "collect", "warm_start", "tokenizer", "tree")
+RESUME_KEYS = ("train", "env", "env_kwargs", "collect", "warm_start", "tokenizer", "tree", "train_pool")
 
 
 # -- the task stream -----------------------------------------------------------------------------------------------
@@ -137,8 +138,9 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _check_resumable(run: RunConfig, saved: Mapping[str, Any], path: str) -> None:
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}  # keys older checkpoints did not save
     mine, theirs = _flatten({k: run.to_dict()[k] for k in RESUME_KEYS}), _flatten(
-        {k: saved.get(k) for k in RESUME_KEYS})
+        {k: saved.get(k, defaults.get(k)) for k in RESUME_KEYS})
     diff = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
     if diff:
         shown = "; ".join(f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}" for k in diff[:5])
@@ -169,6 +171,7 @@ class Trainer:
     resumed_from: int | None
     sero: SeroBranch | None = None  # SERO's oracle branch (TrainConfig.sero)
     eval_pool: Any = None  # evaluation's pool where eval_env_kwargs differ (None: `pool`)
+    held_out_tasks: list = dataclasses.field(default_factory=list)  # RunConfig.held_out_tasks' tasks
 
     @property
     def evaluation_pool(self) -> Any:
@@ -209,6 +212,10 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
                               "or choose another out_dir")
     spec, ro = run.spec, run.train.rollout
     train_tasks = spec.tasks(spec.train_split)
+    if run.train_pool > len(train_tasks):
+        raise ValueError(f"RunConfig.train_pool={run.train_pool} but {run.env} {spec.train_split} has "
+                         f"{len(train_tasks)} tasks")
+    train_tasks = train_tasks[:run.train_pool or None]
     if ro.num_groups > len(train_tasks):
         raise ValueError(f"{ro.num_groups} groups per batch need as many tasks; {run.env} {spec.train_split} has "
                          f"{len(train_tasks)}")
@@ -247,6 +254,17 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
     return Built(tokenizer, model, tx, state, train_tasks, eval_tasks, checkpoints, resumed_from)
 
 
+def held_out_tasks(run: RunConfig) -> list:
+    """The first ``RunConfig.held_out_tasks`` tasks of the env's eval split (the second evaluation series)."""
+    if not (run.eval_every and run.held_out_tasks):
+        return []
+    tasks = run.spec.tasks(run.spec.eval_split)
+    if run.held_out_tasks > len(tasks):
+        raise ValueError(f"RunConfig.held_out_tasks={run.held_out_tasks} but {run.env} {run.spec.eval_split} has "
+                         f"{len(tasks)} tasks")
+    return tasks[:run.held_out_tasks]
+
+
 def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
     """Validate, then build the run (module docstring); the caller closes ``pool`` and ``checkpoints``."""
     b = build(run, resume=resume)
@@ -261,21 +279,39 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
                    update=make_update(run.train, model, tx),
                    value_fn=make_value_fn(run.train, model) if run.train.is_ppo else None,
                    pool=pool, train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,
-                   resumed_from=resumed_from, sero=sero, eval_pool=None if eval_pool is pool else eval_pool)
+                   resumed_from=resumed_from, sero=sero, eval_pool=None if eval_pool is pool else eval_pool,
+                   held_out_tasks=held_out_tasks(run))
 
 
 def _eval_scalars(evaluation: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in evaluation.items() if k not in ("seconds", "outcomes")}
 
 
-def _save_outcomes(run: RunConfig, tasks: list, step: int, evaluation: Mapping[str, Any]) -> None:
+def _save_outcomes(run: RunConfig, tasks: list, step: int, evaluation: Mapping[str, Any], series: str = "") -> None:
     """``<out_dir>/eval/<step>.json``: the per-episode outcomes ``[task][seed]`` with the task ids, for paired
-    comparisons between eval points and runs (the same episodes and keys: :mod:`agentjax.train.eval`)."""
-    folder = os.path.join(run.out_dir, "eval")
+    comparisons between eval points and runs (the same episodes and keys: :mod:`agentjax.train.eval`); a second
+    ``series`` (``held_out``) goes to ``eval/<series>/<step>.json``."""
+    folder = os.path.join(run.out_dir, "eval", series)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{step}.json"), "w") as f:
         json.dump({"step": step, "tasks": [t.task_id for t in tasks], "outcomes": evaluation["outcomes"],
                    "success_rate": evaluation["success_rate"], "success_se": evaluation["success_se"]}, f)
+
+
+def _evaluate(t: Trainer, step: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Evaluate the model (synced with the state by the caller) on the eval tasks and, with
+    ``RunConfig.held_out_tasks``, on the env's held-out split too; saves both series' outcomes."""
+    run, key = t.run, eval_key(t.run.train.seed)
+    t.sampler.update_weights(t.model)
+    evaluation = evaluate(t.evaluation_pool, t.eval_tasks, t.sampler, run.eval_collect, key,
+                          task_indices=range(len(t.eval_tasks)))
+    _save_outcomes(run, t.eval_tasks, step, evaluation)
+    held_out = {}
+    if t.held_out_tasks:
+        held_out = evaluate(t.evaluation_pool, t.held_out_tasks, t.sampler, run.eval_collect, key,
+                            task_indices=range(len(t.held_out_tasks)))
+        _save_outcomes(run, t.held_out_tasks, step, held_out, series=HELD_OUT)
+    return evaluation, held_out
 
 
 def _due(step: int, every: int, last: int) -> bool:
@@ -302,11 +338,9 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
         if start == 0 and run.eval_every and run.eval_at_start and (stop_after is None or stop_after > 0):
             t0 = time.perf_counter()
             sync_model(t.model, t.state, copy=False)
-            t.sampler.update_weights(t.model)
-            last_eval = evaluate(t.evaluation_pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(cfg.seed),
-                                 task_indices=range(len(t.eval_tasks)))
-            _save_outcomes(run, t.eval_tasks, 0, last_eval)
-            writer.write(0, update_metrics(eval=_eval_scalars(last_eval)) | {"time/eval": time.perf_counter() - t0})
+            last_eval, held_out = _evaluate(t, 0)
+            writer.write(0, update_metrics(eval=_eval_scalars(last_eval), held_out=_eval_scalars(held_out))
+                         | {"time/eval": time.perf_counter() - t0})
         with ProgressBar(run.updates, completed=start, description=f"{cfg.credit.method} {run.env}",
                          shown=("rollout/success_rate", "eval/success_rate", "train/loss", "train/kl"),
                          disable=not run.progress) as bar:
@@ -335,18 +369,16 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
                     metrics = jax.block_until_ready(metrics)
                 t.state = state
                 step = int(state.step)
-                evaluation = {}
+                evaluation, held_out = {}, {}
                 if _due(step, run.eval_every, run.updates):
                     with timer("eval"):
                         sync_model(t.model, state, copy=False)
-                        t.sampler.update_weights(t.model)
-                        evaluation = evaluate(t.evaluation_pool, t.eval_tasks, t.sampler, run.eval_collect,
-                                              eval_key(cfg.seed), task_indices=range(len(t.eval_tasks)))
-                        _save_outcomes(run, t.eval_tasks, step, evaluation)
+                        evaluation, held_out = _evaluate(t, step)
                     last_eval = evaluation
                 timing = {"env": stats.env_seconds, "generate": stats.generate_seconds, "prompt": stats.prompt_seconds}
                 record = update_metrics(train=metrics, rollout=_rollout_scalars(stats), credit=adv.stats,
-                                        eval=_eval_scalars(evaluation), sero=sero_metrics)
+                                        eval=_eval_scalars(evaluation), held_out=_eval_scalars(held_out),
+                                        sero=sero_metrics)
                 try:  # log a skipped update before stopping the run for it
                     check_nonfinite(state, metrics, cfg)
                     stop = None

@@ -205,6 +205,12 @@ class RunConfig:
       eval_seeds: sampled rollouts per eval task (one per seed; success is averaged per seed, then mean ± std).
       eval_temperature: sampling temperature of evaluation (None: the collector's; 0: greedy, one seed).
       eval_split: the split evaluation draws its first ``eval_tasks`` from (None: the env's ``eval_split``).
+      train_pool: train on the first N tasks of the train split only (0: the whole split) — a finite training set,
+        like Procgen's fixed level counts; with ``eval_split`` set to the train split and ``eval_tasks = N``, the
+        evaluation measures success on the tasks trained on (the tiny CRBC experiment's pool setting).
+      held_out_tasks: also evaluate the first N tasks of the env's own eval split at every eval point (same seeds,
+        temperature and sampling streams): with ``train_pool``, the generalisation curve beside the training
+        pool's (``held_out/`` metrics, outcomes in ``eval/held_out/<step>.json``); 0: off.
       eval_search: SERA's rubric-guided search at evaluation: candidate subtrees per delegated child (0: off;
         :mod:`agentjax.rollout.tree_search`, released default 2; needs ``--method sera``).
       checkpoint_every: save after every N-th update (and always after the last).
@@ -231,6 +237,8 @@ class RunConfig:
     eval_seeds: int = 3
     eval_temperature: float | None = None
     eval_split: str | None = None
+    train_pool: int = 0
+    held_out_tasks: int = 0
     eval_search: int = 0
     checkpoint_every: int = 10
     keep_checkpoints: int = 3
@@ -252,9 +260,13 @@ class RunConfig:
         for name in ("updates", "eval_seeds", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RunConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "checkpoint_every", "workers"):
+        for name in ("eval_every", "checkpoint_every", "workers", "train_pool", "held_out_tasks"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RunConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.train_pool and self.train_pool < self.train.rollout.num_groups:
+            raise ValueError(f"RunConfig.train_pool={self.train_pool} is smaller than the "
+                             f"{self.train.rollout.num_groups} groups of a batch (each group plays a distinct task); "
+                             "raise it or lower num_groups")
         if self.eval_every and self.eval_tasks < 1:
             raise ValueError(f"RunConfig.eval_tasks must be >= 1 when evaluating, got {self.eval_tasks}")
         if self.eval_search < 0:

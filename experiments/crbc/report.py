@@ -36,9 +36,10 @@ TRAIN_SUCCESS = ("rollout/success_rate", "tree/root_success")
 THRESHOLD_METHOD = "graphgpo"
 
 
-def eval_outcomes(out_dir: str) -> dict[int, np.ndarray]:
-    """``{update: [tasks, seeds] 0/1}`` of a run's evaluations (``eval/<update>.json``)."""
-    folder = os.path.join(out_dir, "eval")
+def eval_outcomes(out_dir: str, series: str = "") -> dict[int, np.ndarray]:
+    """``{update: [tasks, seeds] 0/1}`` of a run's evaluations (``eval/<update>.json``; a second series such as
+    ``held_out``: ``eval/<series>/<update>.json``)."""
+    folder = os.path.join(out_dir, "eval", series)
     out = {}
     if os.path.isdir(folder):
         for name in os.listdir(folder):
@@ -48,10 +49,10 @@ def eval_outcomes(out_dir: str) -> dict[int, np.ndarray]:
     return dict(sorted(out.items()))
 
 
-def episode_gain(out_dir: str) -> dict[str, Any]:
+def episode_gain(out_dir: str, series: str = "") -> dict[str, Any]:
     """One run's eval curve and its gain over the first evaluation, paired episode by episode: ``{"success":
     {update: rate}, "first", "last" (updates), "gain", "gain_se" (over the episodes), "episodes"}``."""
-    outcomes = eval_outcomes(out_dir)
+    outcomes = eval_outcomes(out_dir, series)
     if not outcomes:
         raise FileNotFoundError(f"{out_dir} has no evaluations (eval/<update>.json)")
     first, last = min(outcomes), max(outcomes)
@@ -70,11 +71,12 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = None,
               baselines: Mapping[str, str] | None = None, threshold_method: str = THRESHOLD_METHOD,
-              ) -> dict[str, dict]:
+              series: str = "") -> dict[str, dict]:
     """Per method: initial / final / best eval success, gain, paired difference to the baseline, mean training
     success and its paired difference, updates to the threshold, and the curves (module docstring).
-    ``baselines``: each label's baseline (default: :data:`BASELINE` for every label)."""
-    outcomes = {k: eval_outcomes(r.out_dir) for k, r in runs.items()}
+    ``baselines``: each label's baseline (default: :data:`BASELINE` for every label); ``series``: the evaluation
+    series (:func:`eval_outcomes`)."""
+    outcomes = {k: eval_outcomes(r.out_dir, series) for k, r in runs.items()}
     outcomes = {k: v for k, v in outcomes.items() if v}
     train = {k: {x["step"]: next(x[key] for key in TRAIN_SUCCESS if key in x) for x in read_metrics(r.out_dir)
                  if any(key in x for key in TRAIN_SUCCESS)}
@@ -157,23 +159,28 @@ def markdown(table: Mapping[str, dict], header: str, baseline: str = BASELINE,
     return header + "\n".join(rows) + "\n"
 
 
-def plot(table: Mapping[str, dict], path: str) -> None:
+def plot(table: Mapping[str, dict], path: str, held_out: Mapping[str, dict] | None = None,
+         title: str = "eval success (held-out rooms, ± SE over seeds)") -> None:
+    """The eval curves (± SE over seeds), the held-out series' curves when given, and the training batches'
+    success."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = [(table, title)] + ([(held_out, "held-out rooms (± SE over seeds)")] if held_out else [])
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5.5 * (len(panels) + 1), 4))
+    for ax, (tab, _) in zip(axes, panels, strict=False):
+        for label, r in tab.items():
+            steps = list(r["curve"])
+            mean = np.array([r["curve"][u] for u in steps])
+            se = np.nan_to_num(np.array([r["curve_se"][u] for u in steps]))
+            ax.plot(steps, mean, marker="o", label=label)
+            ax.fill_between(steps, mean - se, mean + se, alpha=0.15)
     for label, r in table.items():
-        steps = list(r["curve"])
-        mean = np.array([r["curve"][u] for u in steps])
-        se = np.nan_to_num(np.array([r["curve_se"][u] for u in steps]))
-        axes[0].plot(steps, mean, marker="o", label=label)
-        axes[0].fill_between(steps, mean - se, mean + se, alpha=0.15)
         tsteps = list(r["train_curve"])
-        axes[1].plot(tsteps, [r["train_curve"][u] for u in tsteps], label=label)
-    for ax, title in zip(axes, ("eval success (held-out rooms, ± SE over seeds)", "training success (batch)"),
-                         strict=True):
+        axes[-1].plot(tsteps, [r["train_curve"][u] for u in tsteps], label=label)
+    for ax, title in zip(axes, [t for _, t in panels] + ["training success (batch)"], strict=True):
         ax.set_xlabel("update")
         ax.set_ylabel("success rate")
         ax.set_title(title)
@@ -186,18 +193,26 @@ def plot(table: Mapping[str, dict], path: str) -> None:
 
 def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, header: str,
                  baselines: Mapping[str, str] | None = None, baseline_column: str = BASELINE,
-                 threshold_method: str = THRESHOLD_METHOD) -> dict:
+                 threshold_method: str = THRESHOLD_METHOD, held_out_header: str | None = None,
+                 title: str = "eval success (held-out rooms, ± SE over seeds)") -> dict:
     """``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results``; returns the table.
-    ``baselines`` / ``baseline_column``: each label's paired baseline and the column's name (default GRPO)."""
+    ``baselines`` / ``baseline_column``: each label's paired baseline and the column's name (default GRPO).
+    ``held_out_header``: also tabulate the runs' held-out series (``eval/held_out/``) under this header
+    (``.json``: ``held_out``)."""
     table = summarise(runs, baselines=baselines, threshold_method=threshold_method)
+    held_out = summarise(runs, baselines=baselines, threshold_method=threshold_method,
+                         series="held_out") if held_out_header is not None else {}
     os.makedirs(results, exist_ok=True)
     text = markdown(table, header, baseline_column, threshold_method)
+    if held_out:
+        text += "\n" + markdown(held_out, held_out_header, baseline_column, threshold_method)
     with open(os.path.join(results, f"{name}_results.md"), "w") as f:
         f.write(text)
     some = next(iter(runs.values()))
     with open(os.path.join(results, f"{name}_results.json"), "w") as f:
-        json.dump({"config": some.to_dict(), "results": table}, f, indent=1, default=float)
-    plot(table, os.path.join(results, f"{name}_curves.png"))
+        json.dump({"config": some.to_dict(), "results": table} | ({"held_out": held_out} if held_out else {}), f,
+                  indent=1, default=float)
+    plot(table, os.path.join(results, f"{name}_curves.png"), held_out=held_out, title=title)
     print(text)
     return table
 

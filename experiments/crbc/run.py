@@ -42,7 +42,7 @@ if ROOT not in sys.path:
 
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig, run_from_dict  # noqa: E402
-from experiments.crbc.presets import METHODS, RESULTS, SEEDS, smoke_run, tiny_run  # noqa: E402
+from experiments.crbc.presets import METHODS, RESULTS, SEEDS, pool_run, smoke_run, tiny_run  # noqa: E402
 from experiments.crbc.report import episode_gain, write_report  # noqa: E402
 
 
@@ -111,14 +111,28 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
     (:mod:`experiments.crbc.report`: eval success ± SE over seeds, gains, paired differences, updates to
     threshold)."""
     some = next(iter(runs.values()))
-    ro = some.train.rollout
+    ro, flag = some.train.rollout, {"smoke": " --smoke", "pool": " --pool", "demo": " --demo"}.get(name, "")
+    episodes = f"{some.eval_tasks * some.eval_seeds} episodes"
+    if some.train_pool:
+        setting = (f"the pool setting: trained on the `{some.spec.train_split}` split's first {some.train_pool} rooms, "
+                   f"{ro.num_groups} groups x {ro.group_size} rollouts an update, {some.updates} updates, AdamW "
+                   f"{some.train.optimizer.learning_rate:g} x {some.train.mini_batches} steps an update; eval: those "
+                   f"{some.eval_tasks} rooms x {some.eval_seeds} seeds = {episodes}")
+    else:
+        setting = (f"{ro.num_groups} groups x {ro.group_size} rollouts, {some.updates} updates; eval: first "
+                   f"{some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds = {episodes}")
+    common = ("the same episodes and sampling streams at every eval point and for every method of a seed)\n\n"
+              "Mean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE. Made by "
+              f"`python experiments/crbc/run.py{flag}`.\n\n")
     header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts "
-              f"({ro.num_groups} groups x {ro.group_size} rollouts, {some.updates} updates; eval: first "
-              f"{some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds = {some.eval_tasks * some.eval_seeds} "
-              "episodes, the same episodes and sampling streams at every eval point and for every method of a "
-              "seed)\n\nMean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE. Made by "
-              f"`python experiments/crbc/run.py{' --smoke' if name == 'smoke' else ''}`.\n\n")
-    return write_report(runs, results, name, header)
+              f"({setting}, " + common)
+    if not some.held_out_tasks:
+        return write_report(runs, results, name, header)
+    held_out = (f"## The same runs on {some.held_out_tasks} held-out `{some.spec.eval_split}` rooms x "
+                f"{some.eval_seeds} seeds ({some.held_out_tasks * some.eval_seeds} episodes, never trained on; "
+                "'train success' repeats the pool's)\n\n")
+    return write_report(runs, results, name, header, held_out_header=held_out,
+                        title="eval success (the training pool's rooms, ± SE over seeds)")
 
 
 def compile_cache(results: str) -> None:
@@ -138,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, help="override the preset's number of updates")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
     parser.add_argument("--smoke", action="store_true", help="2 updates, seed 0 only, small sizes")
+    parser.add_argument("--pool", action="store_true",
+                        help="the pool setting (presets.pool_run): train and evaluate on a fixed pool of rooms, "
+                             "held-out rooms evaluated beside")
     parser.add_argument("--demo", action="store_true",
-                        help="make demo: the tiny preset's GiGPO run of seed 0 (its warm start included), ~5 min")
+                        help="make demo: the pool setting's GiGPO run of seed 0 (its warm start included)")
     parser.add_argument("--results", default=RESULTS, help="folder of the table, figure and runs")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
@@ -153,12 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
         runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods for s in seeds}
-    elif args.demo:  # the experiment's own runs (reused by it, and by a second demo)
+    elif args.demo:  # the pool comparison's own runs (reused by it, and by a second demo)
         methods = args.methods if args.methods != list(METHODS) else ["gigpo"]
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
-        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in seeds for m in methods}
+        runs = {(m, s): pool_run(m, s, results=args.results, updates=args.updates) for s in seeds for m in methods}
     else:
-        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds
+        make = pool_run if args.pool else tiny_run
+        runs = {(m, s): make(m, s, results=args.results, updates=args.updates) for s in args.seeds
                 for m in args.methods}  # seed by seed: every method has its seed 0 before any seed 1
     if args.dry_run:
         for (m, s), run in runs.items():
@@ -167,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         run_all(runs, args.jobs)
     folder = args.results if not args.smoke else os.path.join(args.results, "runs", "smoke")
-    name = "smoke" if args.smoke else "demo" if args.demo else "tiny"
+    name = "smoke" if args.smoke else "demo" if args.demo else "pool" if args.pool else "tiny"
     report(runs, folder, name)
     print(explain(runs, folder, name, smoke=args.smoke, demo=args.demo))
     return 0
@@ -183,9 +201,13 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
         f"{some.updates} updates of {ro.num_groups} rooms x {ro.group_size} rollouts (<= {ro.max_steps} moves each), "
         f"from one shared supervised warm start ({ws.episodes} oracle episodes, {ws.steps} steps)"
         if ws else "What ran: " + ", ".join(sorted({m for m, _ in runs})) + " from random init",
-        f"The numbers: success rate on {some.eval_tasks} held-out rooms x {some.eval_seeds} sampled seeds, before the "
-        "first update (initial), after the last (final) and the best evaluation; ± is the standard error over "
-        "training seeds (with one seed: none). Every evaluation of a seed plays the same episodes with the same "
+        (f"The numbers: success rate on the {some.eval_tasks} rooms of the training pool (the only rooms it trains "
+         f"on) x {some.eval_seeds} sampled seeds, and below on {some.held_out_tasks} held-out rooms it never trains "
+         "on, "
+         if some.train_pool else
+         f"The numbers: success rate on {some.eval_tasks} held-out rooms x {some.eval_seeds} sampled seeds, ") +
+        "before the first update (initial), after the last (final) and the best evaluation; ± is the standard error "
+        "over training seeds (with one seed: none). Every evaluation of a seed plays the same episodes with the same "
         "random numbers, so a difference between evaluations is the policy's change, not sampling noise.",
         f"Files: the table {os.path.join(folder, name + '_results.md')} (and .json), the curves "
         f"{os.path.join(folder, name + '_curves.png')}, each run's metrics.jsonl, eval/<update>.json and "
@@ -198,14 +220,17 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
                      "\"The tiny CRBC experiment\").")
     if demo:
         for (method, seed), run in runs.items():
-            g = episode_gain(run.out_dir)
-            lines.append(f"{method} seed {seed}: eval success {g['success'][g['first']]:.3f} at update {g['first']} "
-                         f"-> {g['success'][g['last']]:.3f} at update {g['last']}, gain {g['gain']:+.3f} ± "
-                         f"{g['gain_se']:.3f} (paired over the {g['episodes']} episodes)")
-        lines.append("This was one training seed of the tiny experiment (its runs are reused by it), so the table has "
-                     "no standard error over seeds; the paired gain above has one over episodes, and a gain under "
-                     "2 of them is within noise. The whole comparison (6 methods x 3 seeds, ~1 h with 2 jobs): "
-                     "python experiments/crbc/run.py --jobs 2 (README, \"The tiny CRBC experiment\").")
+            for series, where in (("", "the pool's rooms"), ("held_out", "held-out rooms")):
+                if series and not run.held_out_tasks:
+                    continue
+                g = episode_gain(run.out_dir, series)
+                lines.append(f"{method} seed {seed}, {where}: eval success {g['success'][g['first']]:.3f} at update "
+                             f"{g['first']} -> {g['success'][g['last']]:.3f} at update {g['last']}, gain "
+                             f"{g['gain']:+.3f} ± {g['gain_se']:.3f} (paired over the {g['episodes']} episodes)")
+        lines.append("This was one training seed of the pool comparison (its runs are reused by it), so the table has "
+                     "no standard error over seeds; the paired gains above have one over episodes, and a gain under "
+                     "2 of them is within noise. The whole comparison: python experiments/crbc/run.py --pool --jobs 2 "
+                     "(README, \"The tiny CRBC experiment\").")
     return "\n".join(lines)
 
 

@@ -249,6 +249,40 @@ def test_eval_split_chooses_the_eval_tasks(tmp_path):
         loop.setup(run.replace(eval_split="nope", out_dir=str(tmp_path / "other")))
 
 
+def test_a_training_pool_and_a_held_out_series(tmp_path, monkeypatch):
+    """``train_pool`` draws every batch from the train split's first N tasks; ``held_out_tasks`` evaluates the env's
+    eval split beside the eval tasks at every eval point, with its own outcomes and metrics."""
+    played = []
+    real = loop.run_episodes
+
+    def spy(pool, tasks, *args, **kwargs):
+        played.extend(t.task_id for t in tasks)
+        return real(pool, tasks, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "run_episodes", spy)
+    run = small_run(tmp_path, updates=3, eval_every=3, checkpoint_every=3, train_pool=2, held_out_tasks=2,
+                    eval_split="train", eval_tasks=2)
+    assert run_from_dict(run.to_dict()) == run
+    loop.train(run)
+    pool = {t.task_id for t in run.spec.tasks(run.spec.train_split)[:2]}
+    assert len(played) == 3 and set(played) == pool  # 1 group an update, epochs of the 2-task pool
+    held_out = [t.task_id for t in run.spec.tasks(run.spec.eval_split)[:2]]
+    for step in (0, 3):
+        with open(tmp_path / "eval" / f"{step}.json") as f:
+            assert set(json.load(f)["tasks"]) == pool
+        with open(tmp_path / "eval" / loop.HELD_OUT / f"{step}.json") as f:
+            assert json.load(f)["tasks"] == held_out
+    lines = {line["step"]: line for line in read_metrics(tmp_path)}
+    assert "held_out/success_rate" in lines[0] and "held_out/success_rate" in lines[3]
+    assert "held_out/success_rate" not in lines[1]
+    with pytest.raises(ValueError, match="train_pool=1 is smaller than the 2 groups"):
+        small_run(tmp_path, train_pool=1).with_sizes(num_groups=2)
+    with pytest.raises(ValueError, match="train_pool=20000 but sokoban train has 10000"):
+        loop.setup(small_run(tmp_path / "big", train_pool=20000))
+    with pytest.raises(ValueError, match="held_out_tasks must be >= 0"):
+        small_run(tmp_path, held_out_tasks=-1)
+
+
 def test_warm_start_prompts_are_cut_as_the_collector_cuts_them(tmp_path):
     """A demonstration prompt longer than ``max_prompt_tokens`` keeps its last tokens (``truncation="left"``), the
     same ids the collector's :func:`turn_prompt` gives the policy; with ``truncation="error"`` it is an error."""
