@@ -19,7 +19,7 @@ from agentjax.train.loop import optimizer, train
 from agentjax.train.metrics import MetricsWriter
 from agentjax.train.presets import paper, tiny_arch
 from experiments.crbc import ablations
-from experiments.crbc.presets import ablation_runs, smoke_run, tiny_run
+from experiments.crbc.presets import POOL, ablation_runs, pool_run, smoke_run, tiny_run
 from experiments.crbc.report import summarise
 from experiments.crbc.run import report
 from tests.train.conftest import token_batch
@@ -40,6 +40,19 @@ def test_paper_presets_mirror_the_paper(env, cap, prompt, size):
     assert run.train.model.arch.name == f"qwen2.5-{size}" and run.require_pretrained
     assert run.mesh == ((8, 1) if size == "1.5b" else (4, 2))  # one node of 8 x 80 GB GPUs
     assert paper("gigpo", "webshop", size).train.credit.mode == "mean_norm"
+
+
+def test_the_pool_setting_is_the_tiny_preset_on_a_fixed_pool_of_rooms():
+    """Same warm start, policy, sizes and loss as the tiny run; trained and evaluated on the train split's first
+    rooms, with held-out rooms evaluated beside (the same 128 episodes a series)."""
+    base, run = tiny_run("crbc", 1), pool_run("crbc", 1)
+    assert run.warm_start == base.warm_start and run.train.model == base.train.model
+    assert run.train.rollout == base.train.rollout and run.train.loss == base.train.loss and run.train.seed == 1
+    assert (run.train_pool, run.eval_split, run.eval_tasks, run.held_out_tasks) == (POOL, "train", POOL, POOL)
+    assert run.eval_tasks * run.eval_seeds == base.eval_tasks * base.eval_seeds == 128
+    assert run.train.rollout.num_groups <= POOL and run.out_dir.endswith(os.path.join("pool", "crbc", "seed1"))
+    assert (run.train.optimizer.learning_rate, run.train.mini_batches) == (2e-3, 4)
+    assert (base.train_pool, base.held_out_tasks) == (0, 0)
 
 
 def shrunk(run, **sizes):
@@ -141,3 +154,29 @@ def test_report_reproduces_the_table_from_the_runs_files(tmp_path):
     assert "| grpo | 2 | 0.125 ± 0.125 | 0.500 ± 0.250 |" in md and "+0.375 ± 0.125 |" in md, md
     assert json.load(open(tmp_path / "tiny_results.json"))["results"]["grpo"]["episodes"] == 4
     assert (tmp_path / "tiny_curves.png").stat().st_size > 10_000
+
+
+def test_the_pool_report_tabulates_the_held_out_series_beside(tmp_path):
+    """A pool run's report: the pool's table, then the held-out series' (eval/held_out/<update>.json) with its own
+    gains; the JSON keeps both and the figure gets a panel more."""
+    runs = {}
+    for method, pool, held_out in (("grpo", [0.0, 0.5], [0.5, 0.0]), ("crbc", [0.0, 1.0], [0.5, 0.5])):
+        run = pool_run(method, 0, results=str(tmp_path)).replace(out_dir=str(tmp_path / method))
+        runs[(method, 0)] = run
+        for series, rates in (("", pool), ("held_out", held_out)):
+            os.makedirs(os.path.join(run.out_dir, "eval", series), exist_ok=True)
+            for step, rate in zip((0, 16), rates, strict=True):
+                with open(os.path.join(run.out_dir, "eval", series, f"{step}.json"), "w") as f:
+                    json.dump({"step": step, "outcomes": [[1, 1], [0, 0]] if rate == 0.5 else [[rate] * 2] * 2}, f)
+        with MetricsWriter(run.out_dir, tensorboard=False) as w:
+            w.write(16, {"rollout/success_rate": 0.5})
+    report(runs, str(tmp_path), "pool")
+    md = (tmp_path / "pool_results.md").read_text()
+    head, held_out = md.split("## The same runs on 16 held-out `valid` rooms")
+    assert "the pool setting: trained on the `train` split's first 16 rooms" in head
+    assert "| crbc | 1 | 0.000 | 1.000 | 1.000 | +1.000 |" in head and "| grpo | 1 | 0.000 | 0.500 |" in head, md
+    assert "| crbc | 1 | 0.500 | 0.500 | 0.500 | +0.000 |" in held_out, md
+    assert "| grpo | 1 | 0.500 | 0.000 |" in held_out, md
+    saved = json.load(open(tmp_path / "pool_results.json"))
+    assert saved["results"]["crbc"]["gain"]["mean"] == 1.0 and saved["held_out"]["grpo"]["gain"]["mean"] == -0.5
+    assert (tmp_path / "pool_curves.png").stat().st_size > 10_000

@@ -41,17 +41,23 @@ def test_fixed_rooms_train_on_the_eval_rooms_they_evaluate():
         main(["--lr", "1e-3", "--mini-batches", "1", "--fixed-rooms", "24", "--out", "x"])
 
 
-def test_the_demo_explains_its_paired_gain(tmp_path):
+def test_the_demo_explains_its_paired_gains(tmp_path):
     from experiments.crbc import run as experiment
-    from experiments.crbc.presets import tiny_run
+    from experiments.crbc.presets import pool_run
 
-    run = tiny_run("gigpo", 0, results=str(tmp_path)).replace(out_dir=str(tmp_path / "gigpo" / "seed0"))
-    (tmp_path / "gigpo" / "seed0" / "eval").mkdir(parents=True)
-    for step, outcomes in ((0, [[0, 0], [1, 0]]), (20, [[1, 0], [1, 1]])):
-        (tmp_path / "gigpo" / "seed0" / "eval" / f"{step}.json").write_text(json.dumps({"outcomes": outcomes}))
+    run = pool_run("gigpo", 0, results=str(tmp_path)).replace(out_dir=str(tmp_path / "gigpo" / "seed0"))
+    folder = tmp_path / "gigpo" / "seed0" / "eval"
+    (folder / "held_out").mkdir(parents=True)
+    for step, outcomes, held_out in ((0, [[0, 0], [1, 0]], [[1, 1], [1, 0]]), (16, [[1, 0], [1, 1]], [[0, 1], [0, 0]])):
+        (folder / f"{step}.json").write_text(json.dumps({"outcomes": outcomes}))
+        (folder / "held_out" / f"{step}.json").write_text(json.dumps({"outcomes": held_out}))
     assert experiment.main(["--demo", "--dry-run", "--results", str(tmp_path)]) == 0
     text = experiment.explain({("gigpo", 0): run}, str(tmp_path), "demo", smoke=False, demo=True)
-    assert "gigpo seed 0: eval success 0.250 at update 0 -> 0.750 at update 20, gain +0.500 ± 0.289" in text
+    assert "gigpo seed 0, the pool's rooms: eval success 0.250 at update 0 -> 0.750 at update 16, gain +0.500 ± 0.289" \
+        in text
+    assert "gigpo seed 0, held-out rooms: eval success 0.750 at update 0 -> 0.250 at update 16, gain -0.500 ± 0.289" \
+        in text
+    assert "the 16 rooms of the training pool" in text and "16 held-out rooms it never trains on" in text
 
 
 def test_the_warm_start_curve_probes_held_out_agreement(tmp_path):
