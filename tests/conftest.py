@@ -11,12 +11,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # 8 fake CPU devices for the sharding tests (tests/parallel); unsharded code still runs on jax.devices()[0].
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-# The suite compiles hundreds of small XLA programs and runs each a few times, so compiling is most of its time:
-# without LLVM's backend optimisation passes a compile-bound test takes about a quarter less (test_learns.py's
-# chain runs: 23-25 s instead of 34-35 s on the 2-core CI machine), and the numbers every test compares are computed
-# by programs compiled alike. AGENTJAX_TEST_XLA_OPT=1 keeps XLA's default (e.g. to time something by hand).
-if os.environ.get("AGENTJAX_TEST_XLA_OPT") != "1" and "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
-    os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 # JAX's persistent compilation cache, shared by the pytest-xdist workers, the processes some tests start (the CLI,
 # experiment scripts, notebooks: they inherit these variables) and later runs; it is keyed by the program, the flags
 # and the versions, so a changed program compiles anew. AGENTJAX_TEST_JAX_CACHE="" turns it off.

@@ -60,6 +60,7 @@ def test_the_demo_explains_its_paired_gains(tmp_path):
     assert "the 16 rooms of the training pool" in text and "16 held-out rooms it never trains on" in text
 
 
+@pytest.mark.slow  # a warm start end to end (45 s of CI's budget): `make test-slow`
 def test_the_warm_start_curve_probes_held_out_agreement(tmp_path):
     from experiments.crbc.warmstart_curve import main as curve_main
 
