@@ -144,18 +144,21 @@ def _noise(ms: Mapping[str, float] | None) -> str:
 
 
 def markdown(table: Mapping[str, dict], header: str, baseline: str = BASELINE,
-             threshold_method: str = THRESHOLD_METHOD) -> str:
+             threshold_method: str | None = THRESHOLD_METHOD) -> str:
+    """The table; without ``threshold_method`` (a series that falls, e.g. held-out rooms) no updates-to column."""
+    last = f" updates to {threshold_method}'s final |" if threshold_method else ""
     rows = [f"| method | seeds | initial | final | best | gain (final − initial) | gain / SE | final − {baseline} "
-            f"(paired) | train success | train − {baseline} (paired) | updates to {threshold_method}'s final |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            f"(paired) | train success | train − {baseline} (paired) |{last}",
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if threshold_method else "")]
     for label, r in table.items():
         z = r["gain"]["z"]
+        reached = r["updates_to_threshold"] if r["updates_to_threshold"] is not None else "—"
         rows.append(
             f"| {label} | {len(r['seeds'])} | {_fmt(r['initial'])} | {_fmt(r['final'])} | {_fmt(r['best'])} "
             f"| {_fmt(r['gain'], True)}{_noise(r['gain'])} | {z:.1f} | "
             f"{_fmt(r.get('final_minus_base'), True)}{_noise(r.get('final_minus_base'))} | {_fmt(r['train_mean'])} | "
-            f"{_fmt(r.get('train_minus_base'), True)}{_noise(r.get('train_minus_base'))} | "
-            f"{r['updates_to_threshold'] if r['updates_to_threshold'] is not None else '—'} |")
+            f"{_fmt(r.get('train_minus_base'), True)}{_noise(r.get('train_minus_base'))} |"
+            + (f" {reached} |" if threshold_method else ""))
     return header + "\n".join(rows) + "\n"
 
 
@@ -200,12 +203,12 @@ def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, h
     ``held_out_header``: also tabulate the runs' held-out series (``eval/held_out/``) under this header
     (``.json``: ``held_out``)."""
     table = summarise(runs, baselines=baselines, threshold_method=threshold_method)
-    held_out = summarise(runs, baselines=baselines, threshold_method=threshold_method,
+    held_out = summarise(runs, baselines=baselines, threshold_method="",
                          series="held_out") if held_out_header is not None else {}
     os.makedirs(results, exist_ok=True)
     text = markdown(table, header, baseline_column, threshold_method)
     if held_out:
-        text += "\n" + markdown(held_out, held_out_header, baseline_column, threshold_method)
+        text += "\n" + markdown(held_out, held_out_header, baseline_column, None)
     with open(os.path.join(results, f"{name}_results.md"), "w") as f:
         f.write(text)
     some = next(iter(runs.values()))

@@ -5,6 +5,9 @@
     python experiments/crbc/run.py                      # GRPO, GiGPO, CRBC × seeds 0, 1, 2 (sequential)
     python experiments/crbc/run.py --jobs 2             # two runs at a time, in separate processes
     python experiments/crbc/run.py --methods grpo gigpo crbc hgpo graphgpo --updates 30
+    python experiments/crbc/run.py --pool --jobs 2 --methods grpo rloo gigpo hgpo graphgpo crbc
+                                                        # the pool setting (below): results/pool_results.md
+    python experiments/crbc/run.py --demo               # make demo: the pool setting's GiGPO run of seed 0
     python experiments/crbc/run.py --smoke              # 2 updates, 1 seed, small sizes: the pipeline end to end
     python experiments/crbc/run.py --report-only        # rebuild the table and figure from the runs' metrics
 
@@ -14,6 +17,12 @@ oracle demonstrations (4,000 episodes, 2,000 AdamW steps; about 5 minutes on the
 ``results/warmstart/``, identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made
 seed by seed (every method's seed 0 first). Runs that already finished are not re-run (their ``metrics.jsonl``
 reaches ``updates``); an interrupted run resumes from its checkpoint.
+
+The pool setting (``--pool``, :func:`experiments.crbc.presets.pool_run`): the same warm start and batch shape,
+trained on a fixed pool of the train split's first 16 rooms (each played once an update, AdamW 2e-3 x 4 steps, 16
+updates) and evaluated on those rooms x 8 seeds and on 16 held-out ``valid`` rooms x 8 seeds at every eval point —
+Procgen's train / test split in miniature: whether RL improves the policy where it trains, and what that does to
+rooms it never sees. ``results/pool_results.md`` has both tables, ``results/pool_curves.png`` both curves.
 
 The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it reproduces the table from the
 runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
