@@ -295,6 +295,9 @@ class RunConfig:
                              "None"))
         if self.tree is None:
             return
+        if self.held_out_tasks:
+            raise ValueError(f"RunConfig.held_out_tasks={self.held_out_tasks}: the tree trainer (--method {method}) "
+                             "evaluates one series; set held_out_tasks=0")
         from agentjax.train.tree_worlds import TREE_ENVS
 
         if self.env not in TREE_ENVS:
@@ -339,7 +342,8 @@ class RunConfig:
 
     @property
     def eval_slots(self) -> int:
-        return self.eval_tasks * self.eval_seeds if self.eval_every else 0
+        """Env slots of an evaluation: the larger of its two series (eval tasks, held-out tasks) x eval seeds."""
+        return max(self.eval_tasks, self.held_out_tasks) * self.eval_seeds if self.eval_every else 0
 
     @property
     def branch_slots(self) -> range:

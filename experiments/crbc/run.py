@@ -121,6 +121,9 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
     threshold)."""
     some = next(iter(runs.values()))
     ro, flag = some.train.rollout, {"smoke": " --smoke", "pool": " --pool", "demo": " --demo"}.get(name, "")
+    methods = list(dict.fromkeys(m for m, _ in runs))
+    if name != "demo" and methods != list(METHODS):
+        flag += " --methods " + " ".join(methods)
     episodes = f"{some.eval_tasks * some.eval_seeds} episodes"
     if some.train_pool:
         setting = (f"the pool setting: trained on the `{some.spec.train_split}` split's first {some.train_pool} rooms, "

@@ -26,7 +26,7 @@ from agentjax.train import loop
 from agentjax.train.checkpoint import CorruptCheckpointWarning
 from agentjax.train.config import ModelConfig
 from agentjax.train.metrics import read_metrics
-from agentjax.train.presets import tiny, tiny_arch
+from agentjax.train.presets import tiny, tiny_arch, tiny_tree
 from agentjax.train.runconfig import RunConfig, WarmStart, run_from_dict
 from agentjax.train.update import NonFiniteUpdateError
 from tests.train.conftest import leaves_equal
@@ -260,13 +260,14 @@ def test_a_training_pool_and_a_held_out_series(tmp_path, monkeypatch):
         return real(pool, tasks, *args, **kwargs)
 
     monkeypatch.setattr(loop, "run_episodes", spy)
-    run = small_run(tmp_path, updates=3, eval_every=3, checkpoint_every=3, train_pool=2, held_out_tasks=2,
+    run = small_run(tmp_path, updates=3, eval_every=3, checkpoint_every=3, train_pool=2, held_out_tasks=3,
                     eval_split="train", eval_tasks=2)
+    assert run.eval_slots == 3 * run.eval_seeds  # the larger series sizes the evaluation's pool
     assert run_from_dict(run.to_dict()) == run
     loop.train(run)
     pool = {t.task_id for t in run.spec.tasks(run.spec.train_split)[:2]}
     assert len(played) == 3 and set(played) == pool  # 1 group an update, epochs of the 2-task pool
-    held_out = [t.task_id for t in run.spec.tasks(run.spec.eval_split)[:2]]
+    held_out = [t.task_id for t in run.spec.tasks(run.spec.eval_split)[:3]]
     for step in (0, 3):
         with open(tmp_path / "eval" / f"{step}.json") as f:
             assert set(json.load(f)["tasks"]) == pool
@@ -281,6 +282,8 @@ def test_a_training_pool_and_a_held_out_series(tmp_path, monkeypatch):
         loop.setup(small_run(tmp_path / "big", train_pool=20000))
     with pytest.raises(ValueError, match="held_out_tasks must be >= 0"):
         small_run(tmp_path, held_out_tasks=-1)
+    with pytest.raises(ValueError, match="the tree trainer .* evaluates one series"):
+        tiny_tree("rao").replace(held_out_tasks=2)
 
 
 def test_warm_start_prompts_are_cut_as_the_collector_cuts_them(tmp_path):
