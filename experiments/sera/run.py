@@ -9,6 +9,7 @@
     python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
     python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
     python experiments/sera/run.py --methods sera --search 2   # + rubric-guided search on the last checkpoints
+    python experiments/sera/run.py --methods sera_exec sera_wo_d --name arms   # a subset: results/arms_results.md
 
 The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``): ``results/tiny_results.md`` /
 ``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
@@ -221,7 +222,8 @@ def report(runs: Runs, folder: str, name: str) -> dict:
         raise SystemExit("no finished run to report")
     some = runs.get(("rao", 0)) or next(iter(runs.values()))
     ro = some.train.rollout
-    command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(name, "")
+    command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(
+        name, "" if name == "tiny" else f" --methods {' '.join(dict.fromkeys(m for m, _ in runs))} --name {name}")
     header = (f"# SERA tiny experiment: {' vs '.join(dict.fromkeys(m for m, _ in runs))} on {some.env}, "
               f"{some.train.model.arch.name} with the Qwen tokenizer ({ro.num_groups} root tasks x {ro.group_size} "
               f"rollouts a batch, {some.updates} optimizer steps; eval: first {some.eval_tasks} "
@@ -261,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", action="store_true", help="the TextWorld-Sync tiny run (RAO, or --methods' tree "
                         "arms)")
     parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
+    parser.add_argument("--name", default="tiny", help="the tiny report's name: results/<name>_results.md etc. (a "
+                        "subset of the arms gets its own, e.g. --name arms)")
     parser.add_argument("--search", type=int, metavar="N", help="after training, evaluate the SERA arms' last "
                         "checkpoints with rubric-guided search of N candidates (trained and initial grader) and "
                         "write results/<name>_search.md")
@@ -281,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     else:  # seed by seed: every method has its seed 0 before any seed 1
         runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds
                 for m in args.methods}
-        name, folder = "tiny", args.results
+        name, folder = args.name, args.results
     if args.dry_run:
         for (m, s), run in runs.items():
             print(f"{m} seed {s}: {run.updates} optimizer steps, eval {run.evaluation_split} -> {run.out_dir}")

@@ -8,6 +8,11 @@ SERO run and its base run differ in ``TrainConfig.sero`` only:
   cached warm start for every method, seed and arm: ``experiments/crbc/results/warmstart/``). The branch's oracle
   is Sokoban's BFS solver; roots come from failed rollouts, so with 16 groups there are at most 16 branches an
   update. λ_O = 0.1 (SERO §5.3).
+- :func:`pool_run` — the same on the CRBC experiment's pool setting (:func:`experiments.crbc.presets.pool_run`:
+  trained on a fixed pool of 16 rooms, AdamW 2e-3 x 4 steps an update, 16 updates, evaluated on the pool's rooms
+  and on 16 held-out rooms), where every base method measurably improves the rooms it trains on. Its base runs
+  (no SERO) are the CRBC pool comparison's own runs (``experiments/crbc/results/runs/pool/``): the same config to
+  the last field, so they are reused rather than repeated.
 - :func:`ablation_runs` — the paper's ablations of the weighting (§5.3, §A.7: Root-only, Full-Flat, Depth-decay,
   Shuffled, Short-Bridge k = 1 and 3) and the λ_O sweep {0.05, 0.1, 0.5, 1.0} around a ``method+sero`` run.
 - :func:`matched_run` — the interaction-matched baseline (§A.2): the base method with as many more updates as
@@ -27,6 +32,7 @@ from agentjax.train.metrics import read_metrics
 from agentjax.train.presets import paper
 from agentjax.train.runconfig import RunConfig, WarmStart
 from experiments.crbc.presets import RESULTS as CRBC_RESULTS
+from experiments.crbc.presets import pool_run as crbc_pool_run
 from experiments.crbc.presets import tiny_run as crbc_tiny_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +63,18 @@ def tiny_run(method: str, seed: int, sero: SeroConfig | None = None, *, name: st
     return run
 
 
+def pool_run(method: str, seed: int, sero: SeroConfig | None = None, *, name: str | None = None,
+              results: str = RESULTS, updates: int | None = None) -> RunConfig:
+    """The pool setting's run of ``method`` (with SERO when ``sero`` is given); ``out_dir``
+    ``results/runs/pool/<name or label>/seed<seed>``, except the base run of the default preset (``sero`` None,
+    ``results`` and ``updates`` the defaults): the CRBC pool comparison's own run, which it equals."""
+    if sero is None and name is None and results == RESULTS and updates is None:
+        return crbc_pool_run(method, seed)
+    run = crbc_pool_run(method, seed, updates=updates)
+    return run.replace(train=run.train.replace(sero=sero),
+                       out_dir=os.path.join(results, "runs", "pool", name or label(method, sero), f"seed{seed}"))
+
+
 def smoke_run(method: str, seed: int, sero: SeroConfig | None = None, *, results: str = RESULTS) -> RunConfig:
     """2 updates of 2 groups × 4 rollouts × 6 steps from a 4-episode warm start: the pipeline in a minute."""
     run = tiny_run(method, seed, sero, results=results)
@@ -81,11 +99,13 @@ def ablation_configs(coef: float = COEF) -> dict[str, SeroConfig]:
     return out
 
 
-def ablation_runs(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None,
+def ablation_runs(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None, pool: bool = False,
                   ) -> dict[str, RunConfig]:
-    """``{label: run}`` of every ablation of ``method+sero`` (labels ``<method>+sero:<ablation>``)."""
-    return {f"{method}+sero:{name}": tiny_run(method, seed, sero, name=f"{method}+sero_{name}", results=results,
-                                                updates=updates)
+    """``{label: run}`` of every ablation of ``method+sero`` (labels ``<method>+sero:<ablation>``), on the tiny
+    setting or (``pool``) the pool setting."""
+    make = pool_run if pool else tiny_run
+    return {f"{method}+sero:{name}": make(method, seed, sero, name=f"{method}+sero_{name}", results=results,
+                                          updates=updates)
             for name, sero in ablation_configs().items() if name != "sero"}
 
 
@@ -102,10 +122,11 @@ def extra_updates(sero_run: RunConfig, updates: int | None = None) -> int:
 
 
 def matched_run(method: str, seed: int, extra: int, *, results: str = RESULTS, updates: int | None = None,
-                ) -> RunConfig:
+                pool: bool = False) -> RunConfig:
     """The base method with ``extra`` more updates (the interaction-matched baseline, label ``<method>:matched``);
     evaluated at the same points plus the last."""
-    run = tiny_run(method, seed, name=f"{method}_matched", results=results, updates=updates)
+    make = pool_run if pool else tiny_run
+    run = make(method, seed, name=f"{method}_matched", results=results, updates=updates)
     return run.replace(updates=run.updates + extra)
 
 
@@ -125,4 +146,4 @@ def paper_run(method: str, env: str, size: str = "1.5b", *, coef: float = COEF, 
 
 
 __all__ = ["COEF", "COEFS", "METHODS", "PAPER_METHODS", "RESULTS", "SEEDS", "ablation_configs", "ablation_runs",
-           "extra_updates", "label", "matched_run", "paper_run", "smoke_run", "tiny_run"]
+           "extra_updates", "label", "matched_run", "paper_run", "pool_run", "smoke_run", "tiny_run"]

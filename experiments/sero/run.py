@@ -6,6 +6,7 @@
     python experiments/sero/run.py --jobs 2             # two runs at a time, in separate processes
     python experiments/sero/run.py --ablations --seeds 0    # the weighting ablations and the λ_O sweep (GraphGPO)
     python experiments/sero/run.py --matched            # + the interaction-matched baselines (after the SERO runs)
+    python experiments/sero/run.py --pool --jobs 2      # the pool setting (below): results/pool_results.md
     python experiments/sero/run.py --smoke              # 2 updates, small sizes: the pipeline end to end
     python experiments/sero/run.py --report-only        # rebuild the tables and figures from the runs' files
 
@@ -13,6 +14,12 @@ Every run is the tiny Sokoban preset of the CRBC experiment (:mod:`experiments.s
 start, rooms, sampling streams and budget (20 updates × 16 rooms × 8 rollouts); a SERO run adds the oracle branch
 (≤ one root per room with a failure, Sokoban's BFS solver from the restored snapshot, λ_O = 0.1) and nothing else:
 its primary rollouts of the first update are those of the base run (tests/train/test_sero.py).
+
+The pool setting (``--pool``, :func:`experiments.sero.presets.pool_run`) is the CRBC experiment's: trained on a fixed
+pool of 16 rooms (AdamW 2e-3 x 4 steps an update, 16 updates), evaluated on those rooms and on 16 held-out rooms,
+where every base method measurably improves its rooms; the base runs are the CRBC pool comparison's own, and each
+SERO arm adds the oracle branch on the same pool. ``--ablations`` and ``--matched`` take ``--pool`` too (reports
+``pool_ablations_*``, ``pool_matched_*``).
 
 The report reads only the runs' files: ``results/tiny_results.md`` / ``.json`` / ``tiny_curves.png`` (eval success ±
 SE over seeds, gains paired by episode, each ``+sero`` arm's paired difference to its own base), the ablations in
@@ -49,6 +56,7 @@ from experiments.sero.presets import (  # noqa: E402
     extra_updates,
     label,
     matched_run,
+    pool_run,
     smoke_run,
     tiny_run,
 )
@@ -58,9 +66,9 @@ BRANCH_KEYS = ("roots_attempted", "roots_valid", "roots_gated", "oracle_steps", 
                "suffix_return", "compat_mean", "weight_mean", "env_steps", "time_total")
 
 
-def comparison(methods, seeds, *, updates=None, results=RESULTS, smoke=False) -> Runs:
+def comparison(methods, seeds, *, updates=None, results=RESULTS, smoke=False, pool=False) -> Runs:
     """``{(label, seed): run}``: every method with and without SERO, seed by seed."""
-    make = smoke_run if smoke else tiny_run
+    make = smoke_run if smoke else pool_run if pool else tiny_run
     out: Runs = {}
     for seed in seeds:
         for method in methods:
@@ -106,11 +114,19 @@ def branch_markdown(table: dict[str, dict]) -> str:
 def header(runs: Runs, title: str, command: str) -> str:
     some = next(iter(runs.values()))
     ro = some.train.rollout
-    return (f"# {title}: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts ({ro.num_groups} "
-            f"groups x {ro.group_size} rollouts, {some.updates} updates; eval: first {some.eval_tasks} `valid` rooms "
-            f"x {some.eval_seeds} seeds = {some.eval_tasks * some.eval_seeds} episodes, the same episodes and sampling"
-            " streams at every eval point and for every arm of a seed)\n\nMean ± standard error over training seeds "
-            "(with one seed: none); \"(noise)\" marks |mean| < 2 SE; \"final − base\" pairs each arm with its base "
+    episodes = f"{some.eval_tasks * some.eval_seeds} episodes"
+    if some.train_pool:
+        setting = (f"the pool setting: trained on the `{some.spec.train_split}` split's first {some.train_pool} rooms, "
+                   f"{ro.num_groups} groups x {ro.group_size} rollouts an update, {some.updates} updates, AdamW "
+                   f"{some.train.optimizer.learning_rate:g} x {some.train.mini_batches} steps an update; eval: those "
+                   f"{some.eval_tasks} rooms x {some.eval_seeds} seeds = {episodes}")
+    else:
+        setting = (f"{ro.num_groups} groups x {ro.group_size} rollouts, {some.updates} updates; eval: first "
+                   f"{some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds = {episodes}")
+    return (f"# {title}: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts ({setting}, "
+            "the same episodes and sampling streams at every eval point and for every arm of a seed)\n\n"
+            "Mean ± standard error over training seeds (with one seed: none); \"(noise)\" marks |mean| < 2 SE; "
+            "\"final − base\" pairs each arm with its base "
             f"method (no SERO) on the same episodes. Made by `{command}`.\n\n")
 
 
@@ -120,8 +136,15 @@ def report(runs: Runs, results: str, name: str, title: str, command: str) -> dic
     if not done:
         raise SystemExit(f"no finished runs to report ({', '.join(missing)})")
     note = f"Not run to the end (left out): {', '.join(missing)}.\n\n" if missing else ""
+    some = next(iter(done.values()))
+    held_out = {}
+    if some.held_out_tasks:
+        held_out = dict(held_out_header=(
+            f"## The same runs on {some.held_out_tasks} held-out `{some.spec.eval_split}` rooms x {some.eval_seeds} "
+            f"seeds ({some.held_out_tasks * some.eval_seeds} episodes, never trained on; 'train success' repeats the "
+            "pool's)\n\n"), title="eval success (the training pool's rooms, ± SE over seeds)")
     table = write_report(done, results, name, header(done, title, command) + note, baselines=baselines(done),
-                         baseline_column="base")
+                         baseline_column="base", **held_out)
     branches = branch_table(done)
     if branches:
         text = (f"# What the branches did ({name})\n\nMean over updates and seeds of the `sero/` metrics: roots "
@@ -147,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ablations", action="store_true",
                         help="the weighting ablations and λ_O sweep of the first method (with its base and SERO arms)")
     parser.add_argument("--matched", action="store_true", help="the interaction-matched baselines (§A.2)")
+    parser.add_argument("--pool", action="store_true", help="the pool setting (presets.pool_run): the bases are the "
+                        "CRBC pool comparison's runs")
     parser.add_argument("--smoke", action="store_true", help="2 updates, seed 0 only, small sizes")
     parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
     parser.add_argument("--report-only", action="store_true")
@@ -154,11 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_cache(args.results)
     seeds = [0] if args.smoke and args.seeds == list(SEEDS) else args.seeds
-    runs = comparison(args.methods, seeds, updates=args.updates, results=args.results, smoke=args.smoke)
+    if args.pool and args.smoke:
+        parser.error("--pool and --smoke are two different settings: choose one")
+    runs = comparison(args.methods, seeds, updates=args.updates, results=args.results, smoke=args.smoke,
+                      pool=args.pool)
     if args.ablations:
         for seed in seeds:
             runs |= {(lab, seed): r for lab, r in ablation_runs(args.methods[0], seed, results=args.results,
-                                                                updates=args.updates).items()}
+                                                                updates=args.updates, pool=args.pool).items()}
     if args.dry_run:
         for (lab, s), run in runs.items():
             print(f"{lab} seed {s}: {run.updates} updates -> {run.out_dir}")
@@ -171,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             if lab.endswith("+sero") and finished(run):
                 method = lab.split("+")[0]
                 matched[(f"{method}:matched", seed)] = matched_run(method, seed, extra_updates(run, args.updates),
-                                                                   results=args.results, updates=args.updates)
+                                                                   results=args.results, updates=args.updates,
+                                                                   pool=args.pool)
         if not args.report_only:
             run_all(matched, args.jobs)
         runs |= matched
@@ -183,14 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         skip = a == "--jobs"
     command = " ".join(["python experiments/sero/run.py", *given])
     main_runs = {k: r for k, r in runs.items() if ":" not in k[0]}
-    report(main_runs, folder, "smoke" if args.smoke else "tiny", "SERO tiny experiment", command)
+    name = "smoke" if args.smoke else "pool" if args.pool else "tiny"
+    report(main_runs, folder, name, "SERO tiny experiment", command)
     shown = args.methods[:1] if args.ablations else args.methods  # the bases and SERO arms beside the extra runs
     extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] in shown
              or k[0] in {f"{m}+sero" for m in shown}}
     if len({lab for lab, _ in extra}) > 2:
-        name, title = ("ablations", "SERO ablations") if args.ablations else (
+        extra_name, title = ("ablations", "SERO ablations") if args.ablations else (
             "matched", "SERO interaction-matched baselines (§A.2: extra base updates for the branches' env steps)")
-        report(extra, folder, name, title, command)
+        report(extra, folder, f"pool_{extra_name}" if args.pool else extra_name, title, command)
     return 0
 
 

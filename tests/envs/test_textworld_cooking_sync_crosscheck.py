@@ -17,6 +17,7 @@ def tw_games():
     return [cooking_game(1), cooking_game(3, recipe=3, take=3, go=9)]
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_textworld_walkthrough_wins_in_the_equivalent_sync_world(tw_games):
     from envs.textworld_cooking_sync.twcheck import compare
 
@@ -31,6 +32,7 @@ def test_textworld_walkthrough_wins_in_the_equivalent_sync_world(tw_games):
     assert len(verbs & {"chop", "slice", "dice"}) >= 2
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_random_walks_agree_with_textworld(tw_games):
     """Random admissible commands (burning, wrong cuts, eating ingredients included) from the start and from the
     middle of the walkthrough: same admissible lists, executability, score and won/lost at every step."""
@@ -48,6 +50,7 @@ def test_random_walks_agree_with_textworld(tw_games):
     assert {"close", "put", "eat", "drop"} <= verbs and lost >= 1
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_feedback_texts_equal_the_compiled_game(tw_games, tmp_path):
     """The Inform 7 game itself (compiled .z8): the feedback of take/drop/put/insert/open/close/eat/cook/cut/prepare/
     inventory and of the cookbook is TextWorld's, character for character (whitespace aside)."""

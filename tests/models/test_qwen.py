@@ -16,6 +16,9 @@ from agentjax.models.logprobs import chunked_logprobs
 from agentjax.models.qwen import QUERY_CHUNK, KVCache, Qwen, causal_attention, positions_from_segments
 from tests.models.conftest import padded_batch
 
+# Both architectures; Qwen3's run of the heavier equivalence checks is `make test-slow`'s, for CI time (README, "Tests")
+BOTH = [QwenConfig.tiny_qwen2(), pytest.param(QwenConfig.tiny_qwen3(), marks=pytest.mark.slow)]
+
 
 def assert_rel_close(ours, ref, tol=1e-5, where=None):
     """max |ours − ref| ≤ tol · max |ref| over the selected positions."""
@@ -64,7 +67,7 @@ def test_default_positions_follow_the_padding():
                                   [[0, 0, 0, 1, 2], [0, 1, 2, 0, 0], [0, 1, 0, 1, 2]])
 
 
-@pytest.mark.parametrize("config", [QwenConfig.tiny_qwen2(), QwenConfig.tiny_qwen3()], ids=lambda c: c.name)
+@pytest.mark.parametrize("config", BOTH, ids=lambda c: c.name)
 def test_packed_rows_equal_separate_rows(config):
     model = Qwen(config, rngs=nnx.Rngs(1))
     rng = np.random.RandomState(0)
@@ -75,7 +78,7 @@ def test_packed_rows_equal_separate_rows(config):
     np.testing.assert_allclose(packed[0, 5:], alone_b[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("config", [QwenConfig.tiny_qwen2(), QwenConfig.tiny_qwen3()], ids=lambda c: c.name)
+@pytest.mark.parametrize("config", BOTH, ids=lambda c: c.name)
 def test_left_and_right_padding_do_not_change_real_logits(config):
     model = Qwen(config, rngs=nnx.Rngs(2))
     seq = jnp.asarray(np.random.RandomState(1).randint(0, config.vocab_size, (1, 6)))
@@ -87,7 +90,7 @@ def test_left_and_right_padding_do_not_change_real_logits(config):
     chex.assert_tree_all_finite((left, right))  # padded queries attend to nothing and stay finite
 
 
-@pytest.mark.parametrize("config", [QwenConfig.tiny_qwen2(), QwenConfig.tiny_qwen3()], ids=lambda c: c.name)
+@pytest.mark.parametrize("config", BOTH, ids=lambda c: c.name)
 def test_kv_cache_decode_equals_full_forward(config):
     model = Qwen(config, rngs=nnx.Rngs(3))
     tokens = np.random.RandomState(4).randint(0, config.vocab_size, (2, 10))
@@ -133,6 +136,7 @@ def test_chunked_logprobs_and_entropy_equal_the_full_softmax(config):
     np.testing.assert_allclose(g_kept, g_chunk, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_remat_changes_nothing_but_memory():
     config = QwenConfig.tiny_qwen3()
     tokens = jnp.asarray(np.random.RandomState(3).randint(0, config.vocab_size, (2, 9)))
@@ -244,7 +248,7 @@ def test_row_by_row_attention_equals_the_batched_one():
             np.testing.assert_allclose(a_, b_, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("chunk", [17, QUERY_CHUNK])
+@pytest.mark.parametrize("chunk", [17, pytest.param(QUERY_CHUNK, marks=pytest.mark.slow)])  # CI time
 def test_scanned_attention_blocks_equal_the_unrolled_ones(chunk):
     """QwenConfig.attention_unroll: blocks in a lax.map over every key (masked) give the unrolled blocks' numbers —
     outputs and gradients, with padding, a packed segment and a shared prefix, batched and row by row."""

@@ -265,6 +265,7 @@ def test_capped_worlds_fork_and_adopt_capped(tokenizer, tasks):
     assert world.inner.world.inventory()[item] == 99
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_sparse_and_one_pass_rubric_calls_choose_and_score_like_dense_ones(tokenizer):
     """``RubricConfig.sparse_logits`` (constrained rubric and grade calls from the allowed tokens' logits only) and
     ``one_pass`` (the tiny presets: the whole answers scored in one pass, Sampler.choose) pick the same greedy answer

@@ -40,6 +40,7 @@ def run(update, state, batch, adv, n):
     return state
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_resume_continues_to_the_same_numbers(tmp_path, tiny_config, tiny_model, tiny_tx, tiny_batch):
     adv = compute_advantages(tiny_config.credit, tiny_batch, tiny_config.rollout)
     update = make_update(tiny_config, tiny_model, tiny_tx)

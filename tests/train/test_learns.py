@@ -48,6 +48,7 @@ from tests.train.learn_envs import BANDIT_TEMPLATE, CHAIN_LENGTH, CHAIN_TEMPLATE
 from tests.train.word_tokenizer import ENDOFTEXT, IM_END, load_word_tokenizer, word_tokenizer
 
 METHODS = ("grpo", "rloo", "ppo", "gigpo", "hgpo", "graphgpo", "crbc")
+FAST_METHODS = ("grpo", "crbc")  # for CI time, the chain of the others is `make test-slow`'s (README, "Tests")
 PROMPT_LEN = 32  # the longest prompt (a chain step) is 29 tokens
 RESPONSE_LEN = 4  # "<action>", the colour, "</action>", the stop token
 SPECS = {
@@ -164,7 +165,8 @@ def test_grpo_learns_the_contextual_bandit(grpo_bandit):
     assert learnt_the_bandit(grpo_bandit), grpo_bandit
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [m if m in FAST_METHODS else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in METHODS])
 def test_every_method_learns_the_chain(method, tmp_path, tokenizer_dir):
     with registered(CueChain.name):
         out = train(learn_run(CueChain.name, method, tmp_path, tokenizer_dir, **CHAIN))

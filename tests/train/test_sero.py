@@ -7,6 +7,8 @@ metrics are logged with roots attempted and valid.
 
 from __future__ import annotations
 
+import pytest
+
 from agentjax.train import loop
 from agentjax.train.config import SeroConfig
 from agentjax.train.metrics import read_metrics
@@ -19,6 +21,7 @@ def _run(out, sero):
     return run.replace(train=run.train.replace(sero=sero))
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_sero_leaves_the_base_method_unchanged(tmp_path):
     loop.train(_run(tmp_path / "base", None))
     loop.train(_run(tmp_path / "sero", SeroConfig(micro_batch_size=4)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from agentjax.models import Qwen
@@ -13,6 +14,7 @@ from agentjax.train import Checkpointer, abstract_state, compute_advantages, ini
 from tests.train.conftest import leaves_equal
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_sharded_update_equals_unsharded_and_keeps_shardings(tmp_path, tiny_config, tiny_model, tiny_tx,
                                                              tiny_batch):
     assert len(jax.devices()) >= 8, "tests/conftest.py provides 8 fake CPU devices"

@@ -55,6 +55,7 @@ def uninterrupted(tmp_path_factory):
     return out, loop.train(small_run(out))
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_two_updates_write_metrics_trees_evaluations_and_checkpoints(uninterrupted, capsys):
     out, summary = uninterrupted
     initial, *lines = read_metrics(out)
@@ -105,6 +106,7 @@ def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
         loop.train(changed, resume=True)
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_a_run_without_signal_stops(uninterrupted, tmp_path):
     """With the zero-variance filter the random policy's batches train nothing (every tree fails): the schedule
     does not advance, and the run stops once more than ``max_skipped_batches`` were skipped."""
@@ -118,6 +120,7 @@ def test_a_run_without_signal_stops(uninterrupted, tmp_path):
     assert "train/loss" not in lines[0] and not os.path.exists(tmp_path / "checkpoints" / "1")
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_rao_plus_d_trains_delegation_tokens_on_its_decomposition_steps(uninterrupted, tmp_path):
     """Stages 1 : 1 : 0: the first optimizer step trains execution tokens, the second the delegation tokens of launch
     events (leaf coverage); a decomposition batch without a launch event trains nothing and is drawn again."""
@@ -197,6 +200,7 @@ def test_bad_world_kwargs_are_caught_by_check():
         tiny_tree().replace(eval_env_kwargs={"nope": 1}).check()
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
     """SERA (stages 1 : 1 : 0): children's rewards are their parents' rubric scores (constrained rubric choices and
     grades of the tiny policy), the rubric and grading calls are counted in every metrics line, and the saved trees

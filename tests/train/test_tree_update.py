@@ -80,6 +80,7 @@ def grad_fn(model):
     return make_tree_grad_fn(CONFIG, model)
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_execution_stage_trains_execution_tokens_only(model, trained, grad_fn):
     batch, steps, credit = trained
     delegation = np.asarray(batch.role_mask(Role.DELEGATION)) & np.asarray(credit.sample)[:, None]
@@ -97,6 +98,7 @@ def test_execution_stage_trains_execution_tokens_only(model, trained, grad_fn):
         metrics["clip_frac"]) <= 1
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_an_update_is_one_adam_step_advances_the_schedule_and_a_nan_step_is_skipped(model, trained, tx, grad_fn):
     _, steps, credit = trained
     state = init_state(CONFIG, model, jax.random.key(0), tx, schedule=True)

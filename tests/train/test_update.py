@@ -253,6 +253,7 @@ def test_an_update_on_allowed_tokens_lowers_the_loss(tiny_config, tiny_model, ti
     assert 0.0 < float(first["entropy"]) <= np.log(4) + 1e-5
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_mini_batches_and_epochs_are_that_many_optimizer_steps(tiny_config, tiny_model, tiny_tx, tiny_batch):
     """``mini_batches = 2, epochs = 2`` is 4 AdamW steps in one update: the optimizer's count advances by 4, the
     loop's update counter by 1, and the result equals 4 single-step updates on the mini-batches it dealt."""
@@ -338,6 +339,7 @@ def test_compact_rows_keeps_every_real_token_after_the_shared_prefix():
     assert compact_rows(holey, bucket=4) == (holey, None)
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_a_compacted_update_changes_no_number(tiny_model, tiny_tx, monkeypatch):
     """Cutting the prompt padding and decoding the shared prefix once (TrainConfig.compact_rows) gives the same
     loss, metrics and parameters as the full batch, up to float rounding, with the KL term (reference forward)."""
