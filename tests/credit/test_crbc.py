@@ -201,6 +201,7 @@ def test_permuting_rollouts_permutes_advantages():
     np.testing.assert_allclose(b.advantage, a.advantage[:, perm], rtol=1e-5, atol=5e-5)
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_jit_equals_no_jit():
     view = view_of(31, g=2, t=15)
     jitted = batched_crbc(view)

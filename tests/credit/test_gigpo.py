@@ -102,6 +102,7 @@ def test_matches_reference_on_heavy_repeats(mode):
 
 
 # ----------------------------------------------------------------------------------------------- jit, traces
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_jit_matches_no_jit():
     view = random_group(3)
     jitted = jax.jit(gigpo.gigpo)(view)

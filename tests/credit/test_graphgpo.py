@@ -211,6 +211,7 @@ def test_matches_reference_with_final_next_anchors(seed, variant):
                                atol=1e-3), name
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_jit_matches_no_jit():
     view = random_group(3, num_anchors=5)
     jitted = np.asarray(graphgpo.batched_graphgpo(batch_of(view), normalised=True)[0])

@@ -122,6 +122,7 @@ def test_matches_reference_on_heavy_repeats(variant):
     assert_close_to_reference(hgpo.batched_hgpo(view, **kwargs), ref)
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_jit_matches_no_jit():
     view = random_group(3)
     jitted = np.asarray(hgpo.batched_hgpo(batch_of(view), trajectory_term=True)[0])

@@ -153,6 +153,7 @@ def test_finite_outputs():
 # ------------------------------------------------------------------------------------------- jit
 
 
+@pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_jit_equals_no_jit():
     """The stage with the most logic (the kernels' own jit checks are in test_sera*.py); eager runs are slow."""
     f = random_forest(8, num_tasks=2, num_trees=3, num_slots=5, num_events=3)

@@ -115,7 +115,7 @@ action = st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join)
 row = st.lists(action, min_size=1, max_size=6, unique=True)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 6: CI time
 @given(rows=st.lists(row, min_size=4, max_size=4), seed=st.integers(0, 2**31 - 1))
 def test_constrained_decoding_only_emits_allowed_strings(rows, seed):
     sampler = _qwen_vocab_sampler()

@@ -73,7 +73,8 @@ def mean_target_logprob(state, graphdef, tokens_bl, segment_bl):
 _logits_and_grad = jax.jit(jax.grad(mean_target_logprob, has_aux=True), static_argnums=1)
 
 
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
+@pytest.fixture(scope="module", params=[n if n == min(CONFIGS) else pytest.param(n, marks=pytest.mark.slow)
+                                        for n in sorted(CONFIGS)])  # Qwen3's: make test-slow, for CI time
 def reference(request):
     """The unsharded model on one device, its logits and gradient on the padded batch."""
     config = CONFIGS[request.param]

@@ -222,7 +222,8 @@ def logprobs_one_token_late(mp: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("bug", [negated_advantages, advantages_one_row_off, behaviour_logp_one_token_off,
-                                 logprobs_one_token_late], ids=lambda f: f.__name__)
+                                 pytest.param(logprobs_one_token_late, marks=pytest.mark.slow)],  # recompiles: CI time
+                         ids=lambda f: f.__name__)
 def test_a_planted_bug_fails_the_bandit(bug, tmp_path, tokenizer_dir):
     fresh = bug is logprobs_one_token_late
     if fresh:
