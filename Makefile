@@ -39,7 +39,7 @@ TEST_WORKERS ?= auto
 test: $(STAMP) alfworld-data
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
-# The end-to-end checks of minutes (pytest -m slow), which CI runs after `make test` and times on their own.
+# The end-to-end checks of minutes and the heaviest duplicates (pytest -m slow; README): beyond CI's budget, run by hand.
 test-slow: $(STAMP) alfworld-data
 	$(PY) -m pytest -m slow
 
