@@ -115,29 +115,32 @@ def run_all(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
 
 
 # -- the report ----------------------------------------------------------------------------------------------------
+def setting(run: RunConfig) -> str:
+    """The training and evaluation setting of ``run`` in words (the reports' headers; the SERO report's too)."""
+    ro, episodes = run.train.rollout, f"{run.eval_tasks * run.eval_seeds} episodes"
+    if run.train_pool:
+        return (f"the pool setting: trained on the `{run.spec.train_split}` split's first {run.train_pool} rooms, "
+                f"{ro.num_groups} groups x {ro.group_size} rollouts an update, {run.updates} updates, AdamW "
+                f"{run.train.optimizer.learning_rate:g} x {run.train.mini_batches} steps an update; eval: those "
+                f"{run.eval_tasks} rooms x {run.eval_seeds} seeds = {episodes}")
+    return (f"{ro.num_groups} groups x {ro.group_size} rollouts, {run.updates} updates; eval: first "
+            f"{run.eval_tasks} `valid` rooms x {run.eval_seeds} seeds = {episodes}")
+
+
 def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "tiny") -> dict:
     """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' files
     (:mod:`experiments.crbc.report`: eval success ± SE over seeds, gains, paired differences, updates to
     threshold)."""
     some = next(iter(runs.values()))
-    ro, flag = some.train.rollout, {"smoke": " --smoke", "pool": " --pool", "demo": " --demo"}.get(name, "")
+    flag = {"smoke": " --smoke", "pool": " --pool", "demo": " --demo"}.get(name, "")
     methods = list(dict.fromkeys(m for m, _ in runs))
     if name != "demo" and methods != list(METHODS):
         flag += " --methods " + " ".join(methods)
-    episodes = f"{some.eval_tasks * some.eval_seeds} episodes"
-    if some.train_pool:
-        setting = (f"the pool setting: trained on the `{some.spec.train_split}` split's first {some.train_pool} rooms, "
-                   f"{ro.num_groups} groups x {ro.group_size} rollouts an update, {some.updates} updates, AdamW "
-                   f"{some.train.optimizer.learning_rate:g} x {some.train.mini_batches} steps an update; eval: those "
-                   f"{some.eval_tasks} rooms x {some.eval_seeds} seeds = {episodes}")
-    else:
-        setting = (f"{ro.num_groups} groups x {ro.group_size} rollouts, {some.updates} updates; eval: first "
-                   f"{some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds = {episodes}")
     common = ("the same episodes and sampling streams at every eval point and for every method of a seed)\n\n"
               "Mean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE. Made by "
               f"`python experiments/crbc/run.py{flag}`.\n\n")
     header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts "
-              f"({setting}, " + common)
+              f"({setting(some)}, " + common)
     if not some.held_out_tasks:
         return write_report(runs, results, name, header)
     held_out = (f"## The same runs on {some.held_out_tasks} held-out `{some.spec.eval_split}` rooms x "

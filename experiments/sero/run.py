@@ -46,7 +46,7 @@ from agentjax.train.config import SeroConfig  # noqa: E402
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig  # noqa: E402
 from experiments.crbc.report import write_report  # noqa: E402
-from experiments.crbc.run import compile_cache, finished, run_all  # noqa: E402
+from experiments.crbc.run import compile_cache, finished, run_all, setting  # noqa: E402
 from experiments.sero.presets import (  # noqa: E402
     COEF,
     METHODS,
@@ -113,17 +113,7 @@ def branch_markdown(table: dict[str, dict]) -> str:
 
 def header(runs: Runs, title: str, command: str) -> str:
     some = next(iter(runs.values()))
-    ro = some.train.rollout
-    episodes = f"{some.eval_tasks * some.eval_seeds} episodes"
-    if some.train_pool:
-        setting = (f"the pool setting: trained on the `{some.spec.train_split}` split's first {some.train_pool} rooms, "
-                   f"{ro.num_groups} groups x {ro.group_size} rollouts an update, {some.updates} updates, AdamW "
-                   f"{some.train.optimizer.learning_rate:g} x {some.train.mini_batches} steps an update; eval: those "
-                   f"{some.eval_tasks} rooms x {some.eval_seeds} seeds = {episodes}")
-    else:
-        setting = (f"{ro.num_groups} groups x {ro.group_size} rollouts, {some.updates} updates; eval: first "
-                   f"{some.eval_tasks} `valid` rooms x {some.eval_seeds} seeds = {episodes}")
-    return (f"# {title}: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts ({setting}, "
+    return (f"# {title}: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts ({setting(some)}, "
             "the same episodes and sampling streams at every eval point and for every arm of a seed)\n\n"
             "Mean ± standard error over training seeds (with one seed: none); \"(noise)\" marks |mean| < 2 SE; "
             "\"final − base\" pairs each arm with its base "
