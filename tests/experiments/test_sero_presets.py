@@ -20,7 +20,8 @@ import agentjax.train.sero
 from agentjax.train.config import ModelConfig, SeroConfig
 from agentjax.train.loop import train
 from agentjax.train.presets import STEP_CAPS, paper, tiny_arch
-from experiments.sero.presets import COEF, ablation_configs, ablation_runs, paper_run, tiny_run
+from experiments.crbc.presets import pool_run as crbc_pool_run
+from experiments.sero.presets import COEF, ablation_configs, ablation_runs, paper_run, pool_run, tiny_run
 
 SHRUNK = tiny_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8)  # 4 heads, 2 kv heads: tp = 2 divides both
 PAPER_SERO = SeroConfig(coef=0.1, scheme="sero", roots="uniform", soft_gate=False, gate_on="success")
@@ -106,6 +107,17 @@ def test_a_tiny_sero_run_differs_from_its_base_in_sero_and_out_dir_only(method):
     assert with_sero.train.sero == sero and base.train.sero is None and with_sero.out_dir != base.out_dir
     assert dataclasses.replace(with_sero, train=with_sero.train.replace(sero=None), out_dir=base.out_dir) == base
     assert with_sero.train.seed == base.train.seed == 2 and with_sero.warm_start == base.warm_start  # one warm start
+
+
+def test_the_pool_setting_reuses_the_crbc_pool_runs_as_its_bases():
+    base, with_sero = pool_run("graphgpo", 1), pool_run("graphgpo", 1, SeroConfig(coef=COEF))
+    assert base == crbc_pool_run("graphgpo", 1)  # the CRBC pool comparison's own run, its out_dir included
+    assert "/sero/results/runs/pool/graphgpo+sero/seed1" in with_sero.out_dir and with_sero.train_pool == 16
+    assert dataclasses.replace(with_sero, train=with_sero.train.replace(sero=None), out_dir=base.out_dir) == base
+    moved = pool_run("graphgpo", 1, updates=3)  # another budget is not the comparison's run: it runs here
+    assert moved.updates == 3 and "/sero/results/runs/pool/graphgpo/seed1" in moved.out_dir
+    for name, r in ablation_runs("crbc", 0, pool=True).items():
+        assert r.train_pool == 16 and f"/runs/pool/crbc+sero_{name.split(':')[1]}/seed0" in r.out_dir
 
 
 def test_ablation_grid():
