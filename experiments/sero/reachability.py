@@ -9,16 +9,16 @@ Figure 4, §A.3).
    checkpoints): a small random-init Qwen2-structure policy ("early") and the same weights after a short supervised
    warm start on oracle demonstrations (:func:`agentjax.train.warmstart.supervised`; "later") on Sokoban 6×6.
    ``"auto"`` takes the checkpoints when the run folder has any.
-2. **Branches.** Each policy plays ``batches`` primary batches of the run's task stream (positions 0, 1, …, the same
-   rooms and collection keys for both policies) with the training collector, and every batch goes through SERO's
-   branch exactly as the trainer runs it (:meth:`agentjax.train.sero.SeroBranch.branch`): roots from failed
-   rollouts (:func:`~agentjax.rollout.oracle.select_roots`, the same key derivation), restored in isolated slots,
-   the BFS oracle through the remaining budget (:func:`~agentjax.rollout.oracle.run_branches`), one forward of the
-   frozen policy over every oracle step (:func:`~agentjax.train.sero.make_scorer`,
+2. **Branches.** Each policy plays ``batches`` primary batches of the run's task stream (positions 0, 1, … of its pool
+   if it trained on one; the same rooms and collection keys for both policies) with the training collector, and every
+   batch goes through SERO's branch exactly as the trainer runs it (:meth:`agentjax.train.sero.SeroBranch.branch`):
+   roots from failed rollouts (:func:`~agentjax.rollout.oracle.select_roots`, the same key derivation), restored in
+   isolated slots, the BFS oracle through the remaining budget (:func:`~agentjax.rollout.oracle.run_branches`), one
+   forward of the frozen policy over every oracle step (:func:`~agentjax.train.sero.make_scorer`,
    :func:`~agentjax.train.sero.step_log_compat`) and the weights ``w_0 = 1, w_j = Π_{i<j} c_i``
-   (:func:`~agentjax.train.sero.sero_credit`). Reported per oracle depth j: the mean weight and compatibility over
-   the branches that reach j (Figure 4), and the same for both policies scoring the pooled branches of both (a
-   paired comparison: identical roots and continuations, only the scorer differs).
+   (:func:`~agentjax.train.sero.sero_credit`). Reported per oracle depth j: the mean weight and compatibility over the
+   branches that reach j (Figure 4), and the same for both policies scoring the pooled branches of both (a paired
+   comparison: identical roots and continuations, only the scorer differs).
 3. **Compatibility vs sampled action match (§A.3).** At every step of a subset of the branches the frozen policy's
    reply is sampled ``samples`` times at the step's prompt with the training collector's constrained decoding (its
    sampling parameters; the admissible replies of the step's observation, replayed from the root's snapshot), each
@@ -280,9 +280,10 @@ def batch_key(config: ReachabilityConfig, index: int) -> jax.Array:
 
 
 def primary_rollouts(setup: Setup, pool: Any, sampler: Sampler, config: ReachabilityConfig, index: int) -> Rollouts:
-    """Primary batch ``index`` (task-stream position ``index``) with the sampler's current policy."""
+    """Primary batch ``index`` (task-stream position ``index``) with the sampler's current policy; a run trained on
+    a fixed pool (``RunConfig.train_pool``) draws from that pool, as its trainer did."""
     run = setup.run
-    tasks = run.spec.tasks(run.spec.train_split)
+    tasks = run.spec.tasks(run.spec.train_split)[:run.train_pool or None]
     idx = task_stream(len(tasks), config.seed, index, run.train.rollout.num_groups)
     return run_episodes(pool, [tasks[i] for i in idx], sampler, run.train_collect, batch_key(config, index),
                         task_indices=idx)
