@@ -2,8 +2,8 @@
 sampled action matches (the helper of ``notebooks/sero_reachability.ipynb``; papers/SERO.txt §4.3, §5.4 and
 Figure 4, §A.3).
 
-1. **A policy pair.** ``"checkpoints"``: two checkpoints of a real SERO run (default the tiny Sokoban run of
-   :func:`experiments.sero.presets.tiny_run`, ``graphgpo+sero`` seed 0): "early" is the run's initial policy (its
+1. **A policy pair.** ``"checkpoints"``: two checkpoints of a real SERO run (default the pool-setting run of
+   :func:`experiments.sero.presets.pool_run`, ``graphgpo+sero`` seed 0): "early" is the run's initial policy (its
    cached warm start, ``early="init"``) or a checkpoint step, "later" its newest checkpoint (or a step); the run's
    own config (``run_config.json``) gives the sizes, the collector and the SERO config. ``"quick"`` (CI, or no
    checkpoints): a small random-init Qwen2-structure policy ("early") and the same weights after a short supervised
@@ -62,7 +62,7 @@ from agentjax.train.warmstart import cache_key, run_demonstrations, supervised
 from experiments.crbc.credit_analysis import notebook_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_RUN = "experiments/sero/results/runs/tiny/graphgpo+sero/seed0"
+DEFAULT_RUN = "experiments/sero/results/runs/pool/graphgpo+sero/seed0"
 POLICIES = ("auto", "checkpoints", "quick")
 WEIGHT_BINS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0)  # bins (lo, hi] of w_j for the prefix-reproduction table
 
