@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = args.methods[:1] if args.ablations else args.methods  # the bases and SERO arms beside the extra runs
     extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] in shown
              or k[0] in {f"{m}+sero" for m in shown}}
-    if len({lab for lab, _ in extra}) > 2:
+    if (args.ablations or args.matched) and len({lab for lab, _ in extra}) > 2:
         extra_name, title = ("ablations", "SERO ablations") if args.ablations else (
             "matched", "SERO interaction-matched baselines (§A.2: extra base updates for the branches' env steps)")
         report(extra, folder, f"pool_{extra_name}" if args.pool else extra_name, title, command)
