@@ -43,10 +43,10 @@ test: $(STAMP) alfworld-data
 test-slow: $(STAMP) alfworld-data
 	$(PY) -m pytest -m slow
 
-# About 5 minutes (282 s on a fresh clone, alone on the 2 cores): the tiny Sokoban preset's shared warm start
-# (1,000 oracle episodes), then 20 GiGPO updates of seed 0 with its eval curve and paired gain;
-# experiments/crbc/run.py --jobs 2 is the whole comparison (README, "The tiny CRBC experiment"), which reuses this
-# run; --smoke is the 2-minute pipeline check.
+# About 10-15 minutes on the 2 cores: the tiny Sokoban preset's shared warm start (4,000 oracle episodes, cached in
+# experiments/crbc/results/warmstart/), then the pool setting's 16 GiGPO updates of seed 0 trained into
+# experiments/crbc/results/runs/demo/ (not kept in git; a second `make demo` reuses it), with both eval curves' paired
+# gains and the committed comparison's run of the same config beside them (README, "The tiny CRBC experiment").
 demo: $(STAMP) alfworld-data
 	$(PY) experiments/crbc/run.py --demo
 

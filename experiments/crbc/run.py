@@ -7,7 +7,7 @@
     python experiments/crbc/run.py --methods grpo gigpo crbc hgpo graphgpo --updates 30
     python experiments/crbc/run.py --pool --jobs 2 --methods grpo rloo gigpo hgpo graphgpo crbc
                                                         # the pool setting (below): results/pool_results.md
-    python experiments/crbc/run.py --demo               # make demo: the pool setting's GiGPO run of seed 0
+    python experiments/crbc/run.py --demo               # make demo: the pool setting's GiGPO seed 0, trained anew
     python experiments/crbc/run.py --smoke              # 2 updates, 1 seed, small sizes: the pipeline end to end
     python experiments/crbc/run.py --report-only        # rebuild the table and figure from the runs' metrics
 
@@ -150,6 +150,14 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
                         title="eval success (the training pool's rooms, ± SE over seeds)")
 
 
+def demo_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:
+    """``make demo``'s run: the pool comparison's run of ``method`` and ``seed`` (:func:`pool_run`, the same config)
+    trained into ``results/runs/demo/<method>/seed<seed>`` (not kept in git), so that a fresh clone trains it
+    rather than reading the comparison's committed files."""
+    run = pool_run(method, seed, results=results, updates=updates)
+    return run.replace(out_dir=os.path.join(results, "runs", "demo", method, f"seed{seed}"))
+
+
 def compile_cache(results: str) -> None:
     """JAX's persistent compilation cache under ``results/runs/.jax_cache``: the runs of an experiment (and the
     children of ``--jobs``) compile the same sampler and update programs, so every run after the first loads them
@@ -185,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
         runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods for s in seeds}
-    elif args.demo:  # the pool comparison's own runs (reused by it, and by a second demo)
+    elif args.demo:  # the pool comparison's config, trained into runs/demo/ (a second demo reuses it)
         methods = args.methods if args.methods != list(METHODS) else ["gigpo"]
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
-        runs = {(m, s): pool_run(m, s, results=args.results, updates=args.updates) for s in seeds for m in methods}
+        runs = {(m, s): demo_run(m, s, results=args.results, updates=args.updates) for s in seeds for m in methods}
     else:
         make = pool_run if args.pool else tiny_run
         runs = {(m, s): make(m, s, results=args.results, updates=args.updates) for s in args.seeds
@@ -242,10 +250,17 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
                 lines.append(f"{method} seed {seed}, {where}: eval success {g['success'][g['first']]:.3f} at update "
                              f"{g['first']} -> {g['success'][g['last']]:.3f} at update {g['last']}, gain "
                              f"{g['gain']:+.3f} ± {g['gain_se']:.3f} (paired over the {g['episodes']} episodes)")
-        lines.append("This was one training seed of the pool comparison (its runs are reused by it), so the table has "
-                     "no standard error over seeds; the paired gains above have one over episodes, and a gain under "
-                     "2 of them is within noise. The whole comparison: python experiments/crbc/run.py --pool --jobs 2 "
-                     "(README, \"The tiny CRBC experiment\").")
+            committed = pool_run(method, seed, updates=run.updates)  # the comparison's run of the same config
+            if committed.out_dir != run.out_dir and os.path.exists(os.path.join(committed.out_dir, "metrics.jsonl")):
+                g, where = episode_gain(committed.out_dir), os.path.relpath(committed.out_dir, ROOT)
+                lines.append(f"The pool comparison's committed run of the same config ({where}): "
+                             f"{g['success'][g['first']]:.3f} -> {g['success'][g['last']]:.3f} on the pool's rooms; on "
+                             "a CPU like the one that made it this run repeats it to the last digit (XLA's CPU "
+                             "numerics may differ on other machines).")
+        lines.append("This was one training seed of the pool comparison's config, so the table has no standard error "
+                     "over seeds; the paired gains above have one over episodes, and a gain under 2 of them is within "
+                     "noise. The whole comparison: python experiments/crbc/run.py --pool --jobs 2 (README, \"The tiny "
+                     "CRBC experiment\").")
     return "\n".join(lines)
 
 

@@ -58,6 +58,17 @@ def test_the_demo_explains_its_paired_gains(tmp_path):
     assert "gigpo seed 0, held-out rooms: eval success 0.750 at update 0 -> 0.250 at update 16, gain -0.500 ± 0.289" \
         in text
     assert "the 16 rooms of the training pool" in text and "16 held-out rooms it never trains on" in text
+    # the committed comparison's run of the same config, for a reader to compare with (git keeps its eval files)
+    assert "committed run of the same config (experiments/crbc/results/runs/pool/gigpo/seed0): 0.461 -> 0.703" in text
+
+
+def test_the_demo_trains_its_own_run(tmp_path):
+    from experiments.crbc.presets import pool_run
+    from experiments.crbc.run import demo_run
+
+    run, committed = demo_run("gigpo", 0, results=str(tmp_path)), pool_run("gigpo", 0, results=str(tmp_path))
+    assert run.out_dir == str(tmp_path / "runs" / "demo" / "gigpo" / "seed0")  # git-ignored: a fresh clone trains
+    assert run.replace(out_dir=committed.out_dir) == committed
 
 
 @pytest.mark.slow  # a warm start end to end (45 s of CI's budget): `make test-slow`
