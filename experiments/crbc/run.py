@@ -141,13 +141,18 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
               f"`python experiments/crbc/run.py{flag}`.\n\n")
     header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts "
               f"({setting(some)}, " + common)
-    if not some.held_out_tasks:
-        return write_report(runs, results, name, header)
-    held_out = (f"## The same runs on {some.held_out_tasks} held-out `{some.spec.eval_split}` rooms x "
-                f"{some.eval_seeds} seeds ({some.held_out_tasks * some.eval_seeds} episodes, never trained on; "
-                "'train success' repeats the pool's)\n\n")
-    return write_report(runs, results, name, header, held_out_header=held_out,
-                        title="eval success (the training pool's rooms, ± SE over seeds)")
+    return write_report(runs, results, name, header, **held_out_report(some))
+
+
+def held_out_report(run: RunConfig) -> dict:
+    """:func:`~experiments.crbc.report.write_report`'s arguments for ``run``'s held-out series (none without one):
+    the second table's header and the curves' title (the CRBC and SERO reports)."""
+    if not run.held_out_tasks:
+        return {}
+    header = (f"## The same runs on {run.held_out_tasks} held-out `{run.spec.eval_split}` rooms x {run.eval_seeds} "
+              f"seeds ({run.held_out_tasks * run.eval_seeds} episodes, never trained on; 'train success' repeats the "
+              "pool's)\n\n")
+    return {"held_out_header": header, "title": "eval success (the training pool's rooms, ± SE over seeds)"}
 
 
 def demo_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:

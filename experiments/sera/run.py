@@ -222,8 +222,10 @@ def report(runs: Runs, folder: str, name: str) -> dict:
         raise SystemExit("no finished run to report")
     some = runs.get(("rao", 0)) or next(iter(runs.values()))
     ro = some.train.rollout
+    seeds = sorted({s for _, s in runs})
     command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(
-        name, "" if name == "tiny" else f" --methods {' '.join(dict.fromkeys(m for m, _ in runs))} --name {name}")
+        name, "" if name == "tiny" else f" --methods {' '.join(dict.fromkeys(m for m, _ in runs))} --name {name}"
+        + ("" if seeds == list(SEEDS) else f" --seeds {' '.join(map(str, seeds))}"))
     header = (f"# SERA tiny experiment: {' vs '.join(dict.fromkeys(m for m, _ in runs))} on {some.env}, "
               f"{some.train.model.arch.name} with the Qwen tokenizer ({ro.num_groups} root tasks x {ro.group_size} "
               f"rollouts a batch, {some.updates} optimizer steps; eval: first {some.eval_tasks} "

@@ -46,7 +46,7 @@ from agentjax.train.config import SeroConfig  # noqa: E402
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig  # noqa: E402
 from experiments.crbc.report import write_report  # noqa: E402
-from experiments.crbc.run import compile_cache, finished, run_all, setting  # noqa: E402
+from experiments.crbc.run import compile_cache, finished, held_out_report, run_all, setting  # noqa: E402
 from experiments.sero.presets import (  # noqa: E402
     COEF,
     METHODS,
@@ -126,15 +126,8 @@ def report(runs: Runs, results: str, name: str, title: str, command: str) -> dic
     if not done:
         raise SystemExit(f"no finished runs to report ({', '.join(missing)})")
     note = f"Not run to the end (left out): {', '.join(missing)}.\n\n" if missing else ""
-    some = next(iter(done.values()))
-    held_out = {}
-    if some.held_out_tasks:
-        held_out = dict(held_out_header=(
-            f"## The same runs on {some.held_out_tasks} held-out `{some.spec.eval_split}` rooms x {some.eval_seeds} "
-            f"seeds ({some.held_out_tasks * some.eval_seeds} episodes, never trained on; 'train success' repeats the "
-            "pool's)\n\n"), title="eval success (the training pool's rooms, ± SE over seeds)")
     table = write_report(done, results, name, header(done, title, command) + note, baselines=baselines(done),
-                         baseline_column="base", **held_out)
+                         baseline_column="base", **held_out_report(next(iter(done.values()))))
     branches = branch_table(done)
     if branches:
         text = (f"# What the branches did ({name})\n\nMean over updates and seeds of the `sero/` metrics: roots "
