@@ -29,9 +29,14 @@ $(PY):
 
 # Reinstall when the project's metadata changes. torch is pinned (==2.13.0, the CPU build on disk).
 # The venv's bin/ leads PATH: fast-downward-textworld's setup.py runs a bare `python`, which must be the venv's.
+# fast-downward-textworld (textworld[pddl]'s planner, an sdist: 2 min of g++) is built once into WHEELS, a pure-Python
+# wheel that .ci/python-version.sh's venvs install too (pip's own cache keys its builds by interpreter version).
+FAST_DOWNWARD := fast-downward-textworld==20.6.4
+WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentjax/wheels
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet -e '.[test]'
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip wheel --quiet --no-deps --find-links '$(WHEELS)' -w '$(WHEELS)' '$(FAST_DOWNWARD)'
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-compile --find-links '$(WHEELS)' -e '.[test]'
 	@touch $(STAMP)
 
 # One pytest worker per core (pytest-xdist), each test file on one worker (its module fixtures built once).
@@ -52,7 +57,7 @@ demo: $(STAMP) alfworld-data
 
 # The benchmarks' extra references (gym-sokoban for experiments/bench/envs.py): the `bench` extra.
 $(VENV)/.installed-bench: pyproject.toml $(STAMP)
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet -e '.[test,bench]'
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --find-links '$(WHEELS)' -e '.[test,bench]'
 	@touch $@
 
 bench: $(VENV)/.installed-bench alfworld-data

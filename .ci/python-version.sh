@@ -2,6 +2,7 @@
 # A subset of the test suite under another CPython than the 3.11 of `make test` (3.12 or 3.13).
 #
 #   bash .ci/python-version.sh 3.12 [pytest args...]      (or .ci/python312.sh, .ci/python313.sh)
+#   bash .ci/python-version.sh 3.12 --install-only        (phases 1-2: .ci/run overlaps them with `make test`)
 #
 # Idempotent; each phase prints its time. Exits non-zero when anything fails.
 #   1. interpreter, the first that works of: $AGENTJAX_PYTHON (a path); a build cached in
@@ -16,6 +17,7 @@
 #      tests/models can run). Reinstalled when pyproject.toml, the interpreter or AGENTJAX_TORCH changes.
 #   3. pytest on SUBSET below without the slow marker's tests, or on the arguments after the version
 #      (`... 3.13 tests/credit -x`).
+#   pip installs without byte-compiling (--no-compile: the modules the tests import compile on first import).
 set -euo pipefail
 
 # The subset (130 s of tests on the 2 cores with pytest-xdist, measured alone; `make test` keeps the whole suite on
@@ -135,6 +137,7 @@ main() {
   MAJOR=${VER%%.*} MINOR=${VER#*.}
   PREFIX=${XDG_CACHE_HOME:-$HOME/.cache}/agentjax/python$VER
   VENV=$PWD/.venv$MAJOR$MINOR
+  WHEELS=${XDG_CACHE_HOME:-$HOME/.cache}/agentjax/wheels
   T0=$(date +%s) PHASE_START=$(date +%s)
   trap 'if [[ -n $WORK ]]; then rm -rf "$WORK"; fi' EXIT
 
@@ -161,14 +164,17 @@ main() {
     echo '*' >"$VENV/.gitignore"
     quiet_pip install --quiet --upgrade pip
     mapfile -t reqs < <(test_requirements "$VENV/bin/python")
-    # fast-downward-textworld (textworld[pddl], an sdist) is compiled here; its setup.py runs a bare `python`,
-    # hence the venv's bin/ first on PATH (quiet_pip), as in the Makefile.
-    quiet_pip install --quiet -e . "${reqs[@]}"
+    # fast-downward-textworld (textworld[pddl], an sdist) is compiled here unless `make test` left its (pure-Python)
+    # wheel in WHEELS (the Makefile's); its setup.py runs a bare `python`, hence the venv's bin/ first on PATH
+    # (quiet_pip), as in the Makefile.
+    mkdir -p "$WHEELS"
+    quiet_pip install --quiet --no-compile --find-links "$WHEELS" -e . "${reqs[@]}"
     echo "$key" >"$VENV/.installed"
   fi
   "$VENV/bin/python" -c "import jax, flax, numpy
 print(f'[python$VER] jax {jax.__version__}, flax {flax.__version__}, numpy {numpy.__version__}')"
   phase install
+  [[ ${1:-} == --install-only ]] && return 0
 
   # 3. the tests
   local args=("${SUBSET[@]}" -m "not slow" -n "${TEST_WORKERS:-auto}" --dist loadfile) a rc=0  # as `make test`
