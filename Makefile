@@ -35,6 +35,7 @@ FAST_DOWNWARD := fast-downward-textworld==20.6.4
 WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentjax/wheels
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
+	@mkdir -p '$(WHEELS)'
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip wheel --quiet --no-deps --find-links '$(WHEELS)' -w '$(WHEELS)' '$(FAST_DOWNWARD)'
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-compile --find-links '$(WHEELS)' -e '.[test]'
 	@touch $(STAMP)

@@ -44,7 +44,7 @@ SEEDS = (0, 1, 2)
 COEF = 0.1  # λ_O, SERO §5.3
 SCHEMES = ("root_only", "full_flat", "depth_decay", "shuffled", "short_bridge")
 BRIDGES = (1, 3)  # Short-Bridge k (§A.7)
-COEFS = (0.05, 0.1, 0.5, 1.0)  # the λ_O sweep
+COEFS = (0.01, 0.05, 0.1, 0.5, 1.0)  # the λ_O sweep: the paper's (§5.3) and 0.01 below it
 
 
 def label(method: str, sero: SeroConfig | None) -> str:

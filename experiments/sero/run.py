@@ -5,6 +5,7 @@
     python experiments/sero/run.py                      # GraphGPO and CRBC, each with and without SERO, seeds 0-2
     python experiments/sero/run.py --jobs 2             # two runs at a time, in separate processes
     python experiments/sero/run.py --ablations --seeds 0    # the weighting ablations and the λ_O sweep (GraphGPO)
+    python experiments/sero/run.py --pool --ablations --only coef_0.01 coef_0.05 --jobs 2   # two of them, pool
     python experiments/sero/run.py --matched            # + the interaction-matched baselines (after the SERO runs)
     python experiments/sero/run.py --pool --jobs 2      # the pool setting (below): results/pool_results.md
     python experiments/sero/run.py --smoke              # 2 updates, small sizes: the pipeline end to end
@@ -52,6 +53,7 @@ from experiments.sero.presets import (  # noqa: E402
     METHODS,
     RESULTS,
     SEEDS,
+    ablation_configs,
     ablation_runs,
     extra_updates,
     label,
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
     parser.add_argument("--ablations", action="store_true",
                         help="the weighting ablations and λ_O sweep of the first method (with its base and SERO arms)")
+    parser.add_argument("--only", nargs="+", metavar="ABLATION", choices=[n for n in ablation_configs() if n != "sero"],
+                        help="with --ablations: these ablations only (names as in presets.ablation_configs)")
     parser.add_argument("--matched", action="store_true", help="the interaction-matched baselines (§A.2)")
     parser.add_argument("--pool", action="store_true", help="the pool setting (presets.pool_run): the bases are the "
                         "CRBC pool comparison's runs")
@@ -166,10 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pool and --smoke are two different settings: choose one")
     runs = comparison(args.methods, seeds, updates=args.updates, results=args.results, smoke=args.smoke,
                       pool=args.pool)
+    if args.only and not args.ablations:
+        parser.error("--only chooses among the ablations: add --ablations")
     if args.ablations:
         for seed in seeds:
             runs |= {(lab, seed): r for lab, r in ablation_runs(args.methods[0], seed, results=args.results,
-                                                                updates=args.updates, pool=args.pool).items()}
+                                                                updates=args.updates, pool=args.pool).items()
+                     if not args.only or lab.split(":")[1] in args.only}
     if args.dry_run:
         for (lab, s), run in runs.items():
             print(f"{lab} seed {s}: {run.updates} updates -> {run.out_dir}")

@@ -130,6 +130,7 @@ def test_ablation_grid():
         "shuffled": SeroConfig(coef=0.1, scheme="shuffled"),
         "short_bridge_k1": SeroConfig(coef=0.1, scheme="short_bridge", k=1),
         "short_bridge_k3": SeroConfig(coef=0.1, scheme="short_bridge", k=3),
+        "coef_0.01": SeroConfig(coef=0.01),
         "coef_0.05": SeroConfig(coef=0.05),
         "coef_0.5": SeroConfig(coef=0.5),
         "coef_1": SeroConfig(coef=1.0),
