@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python experiments/sero/run.py", *given])
     main_runs = {k: r for k, r in runs.items() if ":" not in k[0]}
     name = "smoke" if args.smoke else "pool" if args.pool else "tiny"
-    report(main_runs, folder, name, "SERO tiny experiment", command)
+    if not args.ablations:  # an ablation run reports its own table (its base and SERO arms included), never
+        report(main_runs, folder, name, "SERO tiny experiment", command)  # a subset over the comparison's report
     shown = args.methods[:1] if args.ablations else args.methods  # the bases and SERO arms beside the extra runs
     extra = {k: r for k, r in runs.items() if k not in main_runs or k[0] in shown
              or k[0] in {f"{m}+sero" for m in shown}}

@@ -142,3 +142,22 @@ def test_ablation_grid():
     for name, r in runs.items():
         assert r.train.sero == configs[name.split(":")[1]]
         assert dataclasses.replace(r, train=r.train.replace(sero=None), out_dir=base.out_dir) == base
+
+
+@pytest.mark.parametrize("flags, names", [
+    ([], ["pool"]),
+    (["--ablations", "--only", "coef_0.01"], ["pool_ablations"]),  # a subset never overwrites the comparison's report
+    (["--matched"], ["pool", "pool_matched"]),
+])
+def test_run_writes_only_the_reports_its_runs_make(flags, names, tmp_path, monkeypatch):
+    from experiments.sero import run
+
+    written = []
+    monkeypatch.setattr(run, "report", lambda runs, folder, name, title, command: written.append((name, set(runs))))
+    monkeypatch.setattr(run, "finished", lambda r: True)
+    monkeypatch.setattr(run, "extra_updates", lambda r, updates=None: 1)
+    argv = ["--pool", "--methods", "graphgpo", "--seeds", "0", "--report-only", "--results", str(tmp_path), *flags]
+    assert run.main(argv) == 0
+    assert [name for name, _ in written] == names
+    if "--only" in flags:
+        assert written[0][1] == {("graphgpo", 0), ("graphgpo+sero", 0), ("graphgpo+sero:coef_0.01", 0)}
