@@ -113,7 +113,9 @@ TINY_EVAL_TASKS = {"sokoban": 64}
 TINY_WARM_STARTS = {"sokoban": dict(episodes=4000, steps=2000)}
 # Env keyword arguments of the tiny preset: TextCraft lists admissible commands only when asked (the constrained
 # decoder and the warm start's masked choices need the list).
-TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admissible": True}}
+# WebShop: the constrained policy cannot write a query, so its listed search is the instruction (envs/webshop/env.py).
+TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admissible": True},
+                   "webshop": {"search_query": "instruction"}}
 # Collector overrides of the tiny preset: TextCraft's listings grow with the recipe tree (TextCraft-Synth's val
 # extreme tasks open with prompts of up to 31,104 tokens): longer prompts keep their last tokens.
 TINY_COLLECT = {"textcraft": {"truncation": "left"}, "textcraft_synth": {"truncation": "left"}}

@@ -53,6 +53,12 @@ Deviations from the original, all listed (details in the modules named):
   (:mod:`~envs.webshop.reward`);
 - ``click[search]`` is left out of the admissible list (verl-agent lists it; the original's step refuses it).
 
+``search_query="instruction"`` (not verl-agent's; for policies that can only choose among the admissible actions,
+e.g. the tiny presets' constrained decoding) lists ``search[<the instruction as a query>]`` instead of the
+``search[<your query>]`` placeholder, which such a policy could only send verbatim: the query is the instruction
+lower-cased with brackets removed (:func:`envs.webshop.oracle.clean_query`), which is also the expert's query whenever
+its results hold the target (so SERO's oracle branches stay within the constrained policy's actions there).
+
 Costs: the first environment of a process builds the shared :class:`Shop` (catalogue, goals, BM25 index; about 1 s
 here); the first purchase of a process loads spaCy (several seconds); then a step is a dictionary lookup or a cached
 search (about 1,000 steps/s with every query new, over 10,000 with caches warm; ``experiments/bench/
@@ -160,11 +166,16 @@ class WebShopEnv(Env):
         max_steps: int = MAX_STEPS,
         reward: Literal["success", "score"] = "success",
         data_dir: str | pathlib.Path | None = None,
+        search_query: Literal["placeholder", "instruction"] = "placeholder",
     ):
         super().__init__(max_steps)
         if reward not in ("success", "score"):
             raise ValueError(f"webshop: reward must be 'success' (10 for a score of 1) or 'score', got {reward!r}")
+        if search_query not in ("placeholder", "instruction"):
+            raise ValueError(f"webshop: search_query must be 'placeholder' (verl-agent's search[<your query>]) or "
+                             f"'instruction' (the instruction as the listed query), got {search_query!r}")
         self.reward_mode = reward
+        self.search_query = search_query
         self.shop = load_shop(data_dir)
         self.goal: Goal | None = None
         self.page = Page("search")
@@ -240,7 +251,13 @@ class WebShopEnv(Env):
         view = self.view
         raw = pages.raw_text(self.page, view, self.goal.instruction_text)
         text = pages.agent_text(raw, self.goal.instruction_text.strip())
-        return Obs(text=text, anchor=text, admissible=pages.admissible(view), instruction=self.goal.instruction_text)
+        search = "search[<your query>]"
+        if self.search_query == "instruction":
+            from envs.webshop.oracle import clean_query
+
+            search = f"search[{clean_query(self.goal.instruction_text)}]"
+        return Obs(text=text, anchor=text, admissible=pages.admissible(view, search),
+                   instruction=self.goal.instruction_text)
 
     # -- the game --------------------------------------------------------------------------------------------------
     def _goal(self, task: Task) -> Goal:

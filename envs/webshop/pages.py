@@ -180,9 +180,9 @@ def agent_text(raw: str, task: str) -> str:
     return " [SEP] ".join(f"'{p}'" for p in parts[index + 1 :])
 
 
-def admissible(view: View) -> tuple[str, ...]:
-    """verl-agent's available actions: ``search[<your query>]`` with a search bar, then ``click[x]`` per clickable
-    (the search button left out: the original's step refuses ``click[search]``)."""
-    actions = ["search[<your query>]"] if view.has_search_bar else []
+def admissible(view: View, search: str = "search[<your query>]") -> tuple[str, ...]:
+    """verl-agent's available actions: ``search[<your query>]`` (or ``search``) with a search bar, then ``click[x]``
+    per clickable (the search button left out: the original's step refuses ``click[search]``)."""
+    actions = [search] if view.has_search_bar else []
     actions += [f"click[{c}]" for c in view.clickables if c != SEARCH_BUTTON]
     return tuple(actions)

@@ -490,6 +490,30 @@ def test_oracle_takes_over_from_any_state(test_tasks):
     assert wins >= 36
 
 
+def test_the_instruction_as_the_listed_search(test_tasks):
+    """``search_query="instruction"`` (constrained policies) lists the instruction as the query instead of
+    verl-agent's placeholder; the expert's whole play stays inside the listed actions on 499 of the 500 test goals
+    (its query is the instruction wherever those results hold the target), winning 479."""
+    from envs.webshop.oracle import clean_query
+
+    env = WebShopEnv(search_query="instruction", reward="score")
+    obs = env.reset(test_tasks[0])
+    assert obs.admissible == (f"search[{clean_query(test_tasks[0].meta['instruction_text'])}]",)
+    assert "[" not in obs.admissible[0][7:-1] and obs.admissible[0] == obs.admissible[0].lower()
+    inside = wins = 0
+    for task in test_tasks:
+        obs, done, ok = env.reset(task), False, True
+        while not done:
+            action = env.oracle()
+            ok &= action in obs.admissible
+            obs, _, done, info = env.step(action)
+        inside, wins = inside + ok, wins + (ok and info["won"])
+    assert (inside, wins) == (499, 479)
+    assert WebShopEnv().reset(test_tasks[0]).admissible == ("search[<your query>]",)
+    with pytest.raises(ValueError, match="search_query must be"):
+        WebShopEnv(search_query="goal")
+
+
 # -- snapshots --------------------------------------------------------------------------------------------------------
 def test_snapshots_are_exact_and_picklable(test_tasks):
     env, other = WebShopEnv(), WebShopEnv()

@@ -190,6 +190,18 @@ def alfworld(tokenizer) -> Case:
     return _case(tokenizer, AlfWorldEnv, tasks, config, seed=0)
 
 
+@pytest.fixture(scope="module")
+def webshop_constrained(tokenizer) -> Case:
+    """The tiny presets' WebShop: constrained decoding over the listed actions, the instruction as the listed search
+    (``search_query="instruction"``), so the expert's search is one of the policy's own replies."""
+    from envs.webshop import WebShopEnv
+
+    config = CollectConfig.webshop(group_size=2, max_steps=10, max_prompt_tokens=4096, sampling=_sampling(64, 4096),
+                                   constrained=True, masked_logp=True, snapshots=True)
+    return _case(tokenizer, functools.partial(WebShopEnv, search_query="instruction"), WebShopEnv.tasks("test")[:4],
+                 config, seed=0)  # 3 of its 4 roots sit on the search page (with the placeholder: all 3 inadmissible)
+
+
 CASES = ["sokoban", "textcraft", "webshop", "alfworld"]
 
 
@@ -305,7 +317,7 @@ def test_prioritised_roots_prefer_unsure_turns():
 
 
 # -- 2. restoration and the oracle continuation on real envs -----------------------------------------------------------
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [*CASES, "webshop_constrained"])
 def test_branches_restore_the_root_and_follow_the_oracle(name, request, tokenizer):
     """Each root against a fresh env replayed from reset (observation, history, prompt, restore of its snapshot),
     and each branch against that env's own oracle played through the remaining budget."""
@@ -338,6 +350,8 @@ def test_branches_restore_the_root_and_follow_the_oracle(name, request, tokenize
             assert branch.won == (shortest is not None and shortest <= root.budget)
         wins += branch.won
     assert wins >= 1
+    if name == "webshop_constrained":  # the expert's first action there is the search the policy can send
+        assert any(b.root.step == 0 for b in case.run.branches)
     assert case.run.env_steps == sum(len(b.steps) for b in case.run.branches)
     assert case.primary[0] == case.primary[1]  # the primary rollouts' envs were never touched
     assert len(case.run.branches) <= groups
