@@ -88,8 +88,8 @@ TINY_PROMPT_LENS = {"sokoban": 128, "alfworld": 2048, "webshop": 2048, "textcraf
                     "textworld": 1536, "textworld_cooking_sync": 3072, "textworld_sync": 1536}
 # Response capacities: the longest constrained reply (<action>…</action> and the stop token) with room to spare:
 # TextCraft-Synth 59 tokens on train_medium, 105 on val; TextWorld 14, TextWorld-Sync on tw-cooking 16, the released
-# TextWorld-Sync 13.
-TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 48, "textcraft": 48, "textcraft_synth": 128,
+# TextWorld-Sync 13; WebShop's listed search (the instruction, TINY_ENV_KWARGS) up to 75 over all 6,910 goals.
+TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 96, "textcraft": 48, "textcraft_synth": 128,
                       "textworld": 32, "textworld_cooking_sync": 32, "textworld_sync": 32}
 # Sokoban's compact prompt (agentjax.agents.compact: one token per cell, no history) is 98-112 tokens.
 # Sizes of the tiny preset where they differ from 4 groups, 10 updates, 24 eval tasks: Sokoban trains on 16 rooms a

@@ -514,6 +514,22 @@ def test_the_instruction_as_the_listed_search(test_tasks):
         WebShopEnv(search_query="goal")
 
 
+def test_the_tiny_preset_fits_the_longest_listed_search(test_tasks):
+    """The tiny preset lists the instruction as the search (TINY_ENV_KWARGS); its constrained reply capacity holds
+    the longest one over all 6,910 goals with the reply format and the stop token (the collector refuses a reply that
+    does not fit, as the SERO benchmark found with the earlier 48)."""
+    from agentjax.models import load_tokenizer
+    from agentjax.train.presets import TINY_ENV_KWARGS, TINY_RESPONSE_LENS
+    from envs.webshop.oracle import clean_query
+
+    assert TINY_ENV_KWARGS["webshop"] == {"search_query": "instruction"}
+    tokenizer = load_tokenizer()
+    goals = [t.meta["instruction_text"] for t in [*test_tasks, *WebShopEnv.tasks("train")]]
+    longest = max(len(tokenizer.encode(f"<action>search[{clean_query(g)}]</action>", add_special_tokens=False))
+                  for g in goals)
+    assert len(goals) == 6910 and longest + 1 <= TINY_RESPONSE_LENS["webshop"]
+
+
 # -- snapshots --------------------------------------------------------------------------------------------------------
 def test_snapshots_are_exact_and_picklable(test_tasks):
     env, other = WebShopEnv(), WebShopEnv()
