@@ -118,7 +118,9 @@ TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admis
                    "webshop": {"search_query": "instruction"}}
 # Collector overrides of the tiny preset: TextCraft's listings grow with the recipe tree (TextCraft-Synth's val
 # extreme tasks open with prompts of up to 31,104 tokens): longer prompts keep their last tokens.
-TINY_COLLECT = {"textcraft": {"truncation": "left"}, "textcraft_synth": {"truncation": "left"}}
+# WebShop: up to 56 listed actions on an item page of the 1k catalogue, so up to 56 allowed tokens at a position.
+TINY_COLLECT = {"textcraft": {"truncation": "left"}, "textcraft_synth": {"truncation": "left"},
+                "webshop": {"max_allowed": 64}}
 # Paper evaluation: ALFWorld's 134 valid_unseen games, the whole eval split where it is smaller than 128 or where the
 # paper evaluates on all of it (TextCraft-Synth: SERA's 632 val tasks; TextWorld-Sync: SERA's 1,400 test tasks; on
 # tw-cooking: 50 per difficulty).

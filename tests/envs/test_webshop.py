@@ -514,12 +514,16 @@ def test_the_instruction_as_the_listed_search(test_tasks):
         WebShopEnv(search_query="goal")
 
 
-def test_the_tiny_preset_fits_the_longest_listed_search(test_tasks):
+def test_the_tiny_preset_fits_the_longest_listed_search(shop, test_tasks):
     """The tiny preset lists the instruction as the search (TINY_ENV_KWARGS); its constrained reply capacity holds
     the longest one over all 6,910 goals with the reply format and the stop token (the collector refuses a reply that
-    does not fit, as the SERO benchmark found with the earlier 48)."""
+    does not fit, as the SERO benchmark found with the earlier 48), and its allowed-token slots per position hold
+    the most actions any item page lists (the expert's branches visit them; the earlier 16 did not)."""
     from agentjax.models import load_tokenizer
-    from agentjax.train.presets import TINY_ENV_KWARGS, TINY_RESPONSE_LENS
+    from agentjax.train.presets import TINY_ENV_KWARGS, TINY_RESPONSE_LENS, tiny
+
+    most = max(len(P.admissible(P.item_view(p))) for p in shop.catalogue.products)
+    assert most == 56 and tiny("grpo", "webshop").collect.max_allowed >= most
     from envs.webshop.oracle import clean_query
 
     assert TINY_ENV_KWARGS["webshop"] == {"search_query": "instruction"}
