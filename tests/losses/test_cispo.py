@@ -87,7 +87,8 @@ def test_token_mean_invariances():
     logp, old, adv, mask = random_inputs(3)
     args = [jnp.asarray(a) for a in (logp, old, adv, mask)]
     perm = np.random.default_rng(0).permutation(logp.shape[0])
-    np.testing.assert_allclose(cispo_loss(*(a[perm] for a in args)), cispo_loss(*args), rtol=1e-6)
+    # a permutation reorders float32 sums: a few ulps
+    np.testing.assert_allclose(cispo_loss(*(a[perm] for a in args)), cispo_loss(*args), rtol=1e-5)
     split = [cispo_token_loss(*(a[i:i + 2] for a in args)).sum() for i in (0, 2)]  # micro-batches sum up
     np.testing.assert_allclose(sum(split) / mask.sum(), cispo_loss(*args), rtol=1e-5)
     with jax.disable_jit():

@@ -58,6 +58,11 @@ SPECS = {
 TEMPLATES = {CueBandit.name: BANDIT_TEMPLATE, CueChain.name: CHAIN_TEMPLATE}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _optimised(optimised_xla):
+    """Hundreds of updates: XLA's optimisations pay for themselves here (tests/conftest.py turns them off)."""
+
+
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("word_tokenizer")
