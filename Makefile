@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-slow demo bench lint clean alfworld-data data
+.PHONY: test test-slow demo bench lint clean alfworld-data data wheels
 
 # Benchmark data (README, "Data"): $AGENTJAX_DATA, else ../shared/data beside the project when it is there.
 ifeq ($(AGENTJAX_DATA),)
@@ -28,17 +28,24 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall when the project's metadata changes. torch is pinned (==2.13.0, the CPU build on disk).
-# The venv's bin/ leads PATH: fast-downward-textworld's setup.py runs a bare `python`, which must be the venv's.
-# fast-downward-textworld (textworld[pddl]'s planner, an sdist: 2 min of g++) is built once into WHEELS, a pure-Python
-# wheel that .ci/python-version.sh's venvs install too (pip's own cache keys its builds by interpreter version).
-FAST_DOWNWARD := fast-downward-textworld==20.6.4
-WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentjax/wheels
-$(STAMP): pyproject.toml | $(PY)
+# The venv's bin/ leads PATH: the sdists' setup.py files run a bare `python`, which must be the venv's.
+$(STAMP): pyproject.toml | $(PY) wheels
 	$(PY) -m pip install --quiet --upgrade pip
-	@mkdir -p '$(WHEELS)'
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip wheel --quiet --no-deps --find-links '$(WHEELS)' -w '$(WHEELS)' '$(FAST_DOWNWARD)'
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-compile --find-links '$(WHEELS)' -e '.[test]'
 	@touch $(STAMP)
+
+# The two sdists among the dependencies, fast-downward-textworld (textworld[pddl]'s planner: 2 min of g++) and jericho
+# (textworld's Z-machine interpreter: 30 s of C), build pure-Python wheels: built once, side by side, into WHEELS,
+# which the venv above and .ci/python-version.sh's venvs install from (pip's own cache keys builds by interpreter).
+# The versions are pyproject.toml's pins. A wheel already there is only copied.
+SDISTS := fast-downward-textworld==20.6.4 jericho==3.3.1
+WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentjax/wheels
+wheels: | $(PY)
+	@mkdir -p '$(WHEELS)'
+	@pids=""; for sdist in $(SDISTS); do \
+	  PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip wheel --quiet --no-deps --find-links '$(WHEELS)' \
+	    -w '$(WHEELS)' "$$sdist" & pids="$$pids $$!"; \
+	done; for pid in $$pids; do wait $$pid || { echo "make: building a wheel of $(SDISTS) failed"; exit 1; }; done
 
 # One pytest worker per core (pytest-xdist), each test file on one worker (its module fixtures built once).
 TEST_WORKERS ?= auto
