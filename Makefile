@@ -30,7 +30,6 @@ $(PY):
 # Reinstall when the project's metadata changes. torch is pinned (==2.13.0, the CPU build on disk).
 # The venv's bin/ leads PATH: the sdists' setup.py files run a bare `python`, which must be the venv's.
 $(STAMP): pyproject.toml | $(PY) wheels
-	$(PY) -m pip install --quiet --upgrade pip
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-compile --find-links '$(WHEELS)' -e '.[test]'
 	@touch $(STAMP)
 
@@ -41,6 +40,7 @@ $(STAMP): pyproject.toml | $(PY) wheels
 SDISTS := fast-downward-textworld==20.6.4 jericho==3.3.1
 WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentjax/wheels
 wheels: | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
 	@mkdir -p '$(WHEELS)'
 	@pids=""; for sdist in $(SDISTS); do \
 	  PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip wheel --quiet --no-deps --find-links '$(WHEELS)' \

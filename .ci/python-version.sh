@@ -164,8 +164,8 @@ main() {
     echo '*' >"$VENV/.gitignore"
     quiet_pip install --quiet --upgrade pip
     mapfile -t reqs < <(test_requirements "$VENV/bin/python")
-    # fast-downward-textworld (textworld[pddl], an sdist) is compiled here unless `make test` left its (pure-Python)
-    # wheel in WHEELS (the Makefile's); its setup.py runs a bare `python`, hence the venv's bin/ first on PATH
+    # fast-downward-textworld and jericho (sdists) are compiled here unless `make wheels` left their (pure-Python)
+    # wheels in WHEELS (the Makefile's); their setup.py runs a bare `python`, hence the venv's bin/ first on PATH
     # (quiet_pip), as in the Makefile.
     mkdir -p "$WHEELS"
     quiet_pip install --quiet --no-compile --find-links "$WHEELS" -e . "${reqs[@]}"
