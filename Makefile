@@ -29,13 +29,15 @@ $(PY):
 
 # Reinstall when the project's metadata changes. torch is pinned (==2.13.0, the CPU build on disk).
 # The venv's bin/ leads PATH: the sdists' setup.py files run a bare `python`, which must be the venv's.
-$(STAMP): pyproject.toml | $(PY) wheels
+$(STAMP): pyproject.toml | $(PY)
+	$(MAKE) --no-print-directory wheels
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install --quiet --no-compile --find-links '$(WHEELS)' -e '.[test]'
 	@touch $(STAMP)
 
 # The two sdists among the dependencies, fast-downward-textworld (textworld[pddl]'s planner: 2 min of g++) and jericho
 # (textworld's Z-machine interpreter: 30 s of C), build pure-Python wheels: built once, side by side, into WHEELS,
-# which the venv above and .ci/python-version.sh's venvs install from (pip's own cache keys builds by interpreter).
+# which the venv above (run by its recipe, so an installed venv never calls pip) and
+# .ci/python-version.sh's venvs install from (pip's own cache keys builds by interpreter).
 # The versions are pyproject.toml's pins. A wheel already there is only copied.
 SDISTS := fast-downward-textworld==20.6.4 jericho==3.3.1
 WHEELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/agentjax/wheels
