@@ -11,11 +11,14 @@ order; a call sends all its requests first and then collects the answers, so the
         results = pool.step(actions)                         # None for a slot that is idle or done
 
 Crash semantics. A worker that dies (segfault, ``os._exit``, killed) or does not answer within ``timeout`` seconds
-is restarted with fresh environments; its slots are idle until the next reset or restore. The episodes it held are
-lost: a slot stepped in the call that saw the crash, or on the next step that gives it an action, returns
+is restarted with fresh environments; its slots are idle until the next reset or restore (``step``, ``restore`` and
+``oracle`` also take a ``timeout`` of their own for one call, e.g. SERO's oracle branches bounding a planner's
+search; a worker killed by a timeout is reported as :class:`WorkerTimeoutError`). The episodes it held are lost:
+a slot stepped in the call that saw the crash, or on the next step that gives it an action, returns
 ``StepResult(last obs, 0.0, True, {won: False, truncated: True, valid: False, worker_crash: <reason>})``. The other
 workers' slots are unaffected. ``reset`` and ``restore`` set a slot's state from scratch, so a crash during one is
-retried once on the restarted worker (then :class:`WorkerCrashError`); ``oracle`` and ``snapshot`` raise
+retried once on the restarted worker (then :class:`WorkerCrashError`) unless it timed out (a deterministic
+restore that ran out of time once would again); ``oracle`` and ``snapshot`` raise
 :class:`WorkerCrashError`. An exception raised inside an environment is a bug in that environment, not a crash:
 inside ``step`` the episode is reported truncated with the traceback in ``info["error"]`` (and logged); inside
 the other calls it raises :class:`EnvError` once all slots have answered. The worker is kept either way.
@@ -72,6 +75,18 @@ class WorkerCrashError(RuntimeError):
     """A worker died during a call that cannot report the loss per slot (or died again on the retry)."""
 
 
+class WorkerTimeoutError(WorkerCrashError):
+    """The worker was killed because it did not answer within the call's timeout."""
+
+
+_TIMED_OUT = " timed out: no reply within "  # in the crash reason of a worker killed for its timeout
+
+
+def timed_out(reason: str) -> bool:
+    """Whether a crash reason (``WorkerCrashError`` text, ``info["worker_crash"]``) is a timeout's."""
+    return _TIMED_OUT in reason
+
+
 class _Outcome(NamedTuple):
     kind: str  # "ok", "error" (the env raised: value is the traceback) or "crash" (value is the reason)
     value: Any
@@ -124,7 +139,8 @@ class _PoolBase:
         self._lost: dict[int, str] = {}  # slot -> crash reason, for a lost episode not yet reported
         self._closed = False
 
-    def _request(self, cmd: str, args: Mapping[int, Any]) -> dict[int, _Outcome]:
+    def _request(self, cmd: str, args: Mapping[int, Any], timeout: float | None = None) -> dict[int, _Outcome]:
+        """Runs ``cmd`` on every slot of ``args``; ``timeout``: this call's bound (None: the pool's)."""
         raise NotImplementedError
 
     def _shutdown(self) -> None:
@@ -148,8 +164,9 @@ class _PoolBase:
             self._state[slot], self._last_obs[slot] = _RUNNING, outcome.value
         return list(self._last_obs)
 
-    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
-        """Steps every slot with an action; ``None`` for a slot that is idle or whose episode is done (no-op)."""
+    def step(self, actions: Sequence[str | None], *, timeout: float | None = None) -> list[StepResult | None]:
+        """Steps every slot with an action; ``None`` for a slot that is idle or whose episode is done (no-op).
+        ``timeout``: seconds this call may take (None: the pool's ``timeout``)."""
         self._check_open()
         self._check_len(actions, "actions")
         for slot, action in enumerate(actions):
@@ -164,7 +181,7 @@ class _PoolBase:
                 results[slot] = self._truncated(slot, worker_crash=self._lost.pop(slot))
             else:
                 todo[slot] = action
-        for slot, outcome in self._request("step", todo).items():
+        for slot, outcome in self._request("step", todo, timeout).items():
             if outcome.kind == "ok":
                 result = StepResult(*outcome.value)
                 self._state[slot], self._last_obs[slot] = (_DONE if result.done else _RUNNING), result.obs
@@ -178,20 +195,24 @@ class _PoolBase:
             results[slot] = result
         return results
 
-    def oracle(self, slots: Sequence[int], *, strict: bool = True) -> list[str | Exception]:
+    def oracle(self, slots: Sequence[int], *, strict: bool = True,
+               timeout: float | None = None) -> list[str | Exception]:
         """The expert's next action in each of ``slots``. ``strict=False``: a slot whose env raised or whose worker
-        died gets the :class:`EnvError` / :class:`WorkerCrashError` in its place and the other slots their answer."""
-        return self._query("oracle", slots, strict=strict)
+        died gets the :class:`EnvError` / :class:`WorkerCrashError` in its place and the other slots their answer.
+        ``timeout``: seconds this call may take (None: the pool's ``timeout``)."""
+        return self._query("oracle", slots, strict=strict, timeout=timeout)
 
     def snapshot(self, slots: Sequence[int], *, strict: bool = True) -> list[Any]:
         """A snapshot of each of ``slots`` (picklable; restore it into any slot of a pool of the same env).
         ``strict=False``: per-slot errors in place of the snapshots, as :meth:`oracle`."""
         return self._query("snapshot", slots, strict=strict)
 
-    def restore(self, slots: Sequence[int], snaps: Sequence[Any], *, strict: bool = True) -> list[Obs | Exception]:
+    def restore(self, slots: Sequence[int], snaps: Sequence[Any], *, strict: bool = True,
+                timeout: float | None = None) -> list[Obs | Exception]:
         """Restores ``snaps[k]`` into ``slots[k]`` (any slot: idle, done or lost); returns their observations.
-        ``strict=False``: a slot whose restore raised (or whose worker died twice) gets the error in its place and
-        stays idle; the other slots are restored."""
+        ``strict=False``: a slot whose restore raised (or whose worker died twice, or timed out) gets the error in
+        its place and stays idle; the other slots are restored. ``timeout``: seconds this call may take (None: the
+        pool's ``timeout``)."""
         self._check_open()
         if len(slots) != len(snaps):
             raise ValueError(f"{len(slots)} slots but {len(snaps)} snapshots")
@@ -200,7 +221,7 @@ class _PoolBase:
             self._state[slot], self._last_obs[slot] = _IDLE, None
             self._lost.pop(slot, None)
         if not strict:
-            outcomes = self._request_retrying("restore", todo, strict=False)
+            outcomes = self._request_retrying("restore", todo, strict=False, timeout=timeout)
             out: list[Obs | Exception] = []
             for slot in slots:
                 outcome = outcomes[slot]
@@ -211,7 +232,7 @@ class _PoolBase:
                 else:
                     out.append(self._error("restore", slot, outcome))
             return out
-        outcomes = self._request_retrying("restore", todo)
+        outcomes = self._request_retrying("restore", todo, timeout=timeout)
         self._raise_errors("restore", outcomes)
         for slot, outcome in outcomes.items():
             obs, done = outcome.value
@@ -234,10 +255,12 @@ class _PoolBase:
     @staticmethod
     def _error(cmd: str, slot: int, outcome: _Outcome) -> Exception:
         if outcome.kind == "crash":
-            return WorkerCrashError(f"{cmd}: the worker died under slot {slot}: {outcome.value}")
+            error = WorkerTimeoutError if timed_out(outcome.value) else WorkerCrashError
+            return error(f"{cmd}: the worker died under slot {slot}: {outcome.value}")
         return EnvError(f"{cmd} raised in slot {slot}:\n{outcome.value}")
 
-    def _query(self, cmd: str, slots: Sequence[int], *, strict: bool = True) -> list[Any]:
+    def _query(self, cmd: str, slots: Sequence[int], *, strict: bool = True,
+               timeout: float | None = None) -> list[Any]:
         self._check_open()
         slots = self._check_slots(slots)
         for slot in slots:
@@ -248,29 +271,34 @@ class _PoolBase:
         if not strict:
             lost = {slot: WorkerCrashError(f"slot {slot} lost its episode to a worker crash: {self._lost[slot]}")
                     for slot in slots if self._state[slot] == _LOST}
-            outcomes = self._request(cmd, {slot: None for slot in slots if slot not in lost})
+            outcomes = self._request(cmd, {slot: None for slot in slots if slot not in lost}, timeout)
             return [lost[slot] if slot in lost else outcomes[slot].value if outcomes[slot].kind == "ok"
                     else self._error(cmd, slot, outcomes[slot]) for slot in slots]
-        outcomes = self._request(cmd, dict.fromkeys(slots))
+        outcomes = self._request(cmd, dict.fromkeys(slots), timeout)
         crashed = {slot: o.value for slot, o in outcomes.items() if o.kind == "crash"}
         if crashed:
             reasons = sorted(set(crashed.values()))
-            raise WorkerCrashError(f"{cmd}: workers died under slots {sorted(crashed)}: {reasons}")
+            error = WorkerTimeoutError if all(map(timed_out, reasons)) else WorkerCrashError
+            raise error(f"{cmd}: workers died under slots {sorted(crashed)}: {reasons}")
         self._raise_errors(cmd, outcomes)
         return [outcomes[slot].value for slot in slots]
 
-    def _request_retrying(self, cmd: str, todo: Mapping[int, Any], *, strict: bool = True) -> dict[int, _Outcome]:
-        """``_request``, sending the slots of a worker that died once more to its replacement (``strict=False``: a
-        second death is left in the outcomes instead of raising)."""
-        outcomes = self._request(cmd, todo)
-        retry = {slot: todo[slot] for slot, outcome in outcomes.items() if outcome.kind == "crash"}
+    def _request_retrying(self, cmd: str, todo: Mapping[int, Any], *, strict: bool = True,
+                          timeout: float | None = None) -> dict[int, _Outcome]:
+        """``_request``, sending the slots of a worker that died once more to its replacement, except a timed-out
+        worker's (``strict=False``: a second death or a timeout is left in the outcomes instead of raising)."""
+        outcomes = self._request(cmd, todo, timeout)
+        retry = {slot: todo[slot] for slot, o in outcomes.items() if o.kind == "crash" and not timed_out(o.value)}
         if retry:
             logger.warning("%s: retrying slots %s on the restarted workers", cmd, sorted(retry))
-            outcomes.update(self._request(cmd, retry))
-            crashed = {slot: o.value for slot, o in outcomes.items() if o.kind == "crash"}
-            if crashed and strict:
-                raise WorkerCrashError(f"{cmd}: workers died twice under slots {sorted(crashed)}: "
-                                       f"{sorted(set(crashed.values()))}")
+            outcomes.update(self._request(cmd, retry, timeout))
+        crashed = {slot: o.value for slot, o in outcomes.items() if o.kind == "crash"}
+        if crashed and strict:
+            if all(map(timed_out, crashed.values())):
+                raise WorkerTimeoutError(f"{cmd}: workers timed out under slots {sorted(crashed)}: "
+                                         f"{sorted(set(crashed.values()))}")
+            raise WorkerCrashError(f"{cmd}: workers died under slots {sorted(crashed)} (after a retry, or timed "
+                                   f"out): {sorted(set(crashed.values()))}")
         return outcomes
 
     def _raise_errors(self, cmd: str, outcomes: Mapping[int, _Outcome]) -> None:
@@ -315,7 +343,10 @@ class SerialPool(_PoolBase):
         super().__init__(num_slots)
         self.envs = [make_env() for _ in range(num_slots)]
 
-    def _request(self, cmd: str, args: Mapping[int, Any]) -> dict[int, _Outcome]:
+    def _request(self, cmd: str, args: Mapping[int, Any], timeout: float | None = None) -> dict[int, _Outcome]:
+        if timeout is not None:
+            raise ValueError(f"SerialPool cannot bound a {cmd} call (timeout={timeout}): its envs run in this "
+                             "process; use an EnvPool (RunConfig.workers > 0) for a timeout")
         return _serve(self.envs, cmd, args)
 
     def _shutdown(self) -> None:
@@ -396,7 +427,8 @@ class EnvPool(_PoolBase):
       num_slots: environments in the pool, one episode each at a time.
       num_workers: processes; slots go to workers in contiguous blocks of near-equal size (at most ``num_slots``).
       start_method: ``"forkserver"`` or ``"spawn"`` (``fork`` is refused: the parent runs JAX threads).
-      timeout: seconds a worker may take to answer one request before it is killed and treated as crashed.
+      timeout: seconds a worker may take to answer one request before it is killed and treated as crashed (a call's
+        own ``timeout`` overrides it).
       join_timeout: seconds ``close()`` waits for the workers to exit before terminating them.
     """
 
@@ -456,12 +488,15 @@ class EnvPool(_PoolBase):
                 raise RuntimeError(f"worker {w} could not build its environments:\n{value}")
         return started
 
-    def _request(self, cmd: str, args: Mapping[int, Any]) -> dict[int, _Outcome]:
+    def _request(self, cmd: str, args: Mapping[int, Any], timeout: float | None = None) -> dict[int, _Outcome]:
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"{cmd}: timeout must be positive or None, got {timeout}")
+        timeout = self.timeout if timeout is None else timeout
         by_worker: dict[int, dict[int, Any]] = {}
         for slot, arg in args.items():
             w = self._worker_of[slot]
             by_worker.setdefault(w, {})[slot - self.bounds[w].start] = arg
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         replies: dict[int, dict[int, _Outcome]] = {}
         crashed: dict[int, str] = {}
         for w, local in by_worker.items():  # send everything, then collect
@@ -481,7 +516,7 @@ class EnvPool(_PoolBase):
                 for w in pending:
                     self._workers[w].proc.kill()
                     _exit_reason(self._workers[w].proc)
-                    crashed[w] = f"timed out: no reply within {self.timeout}s (killed)"
+                    crashed[w] = f"{_TIMED_OUT.strip()} {timeout}s (killed)"
                 break
             for w in {waitables[obj] for obj in ready}:
                 conn = self._workers[w].conn

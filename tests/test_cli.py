@@ -185,9 +185,11 @@ def test_sero_fields_are_flags_and_imply_sero(tmp_path):
     bank.write_bytes(b"")  # only its presence is checked before work
     run, _ = build_run([*SERO, "--sero.scheme", "root_only", "--sero.coef", "0.5", "--sero.k", "3", "--sero.roots",
                         "prioritised", "--sero.bank", str(bank), "--sero.max-oracle-steps", "4",
-                        "--sero.bank_branches", "2", "--sero.soft-gate", "--sero.gate-on=reward"])
+                        "--sero.bank_branches", "2", "--sero.soft-gate", "--sero.gate-on=reward",
+                        "--sero.oracle-timeout", "30", "--workers", "2"])
     assert run.train.sero == SeroConfig(coef=0.5, scheme="root_only", k=3, roots="prioritised", bank=str(bank),
-                                        max_oracle_steps=4, bank_branches=2, soft_gate=True, gate_on="reward")
+                                        max_oracle_steps=4, bank_branches=2, soft_gate=True, gate_on="reward",
+                                        oracle_timeout=30.0)
     run, _ = build_run([*SERO, "--train.sero.coef", "0.3"])  # tyro's nested override turns it on too
     assert run.train.sero == SeroConfig(coef=0.3)
     run, _ = build_run([*SERO, "--sero.coef", "0.5", "--train.sero.coef", "0.3", "--sero.micro-batch-size", "8"])
@@ -216,6 +218,8 @@ def test_dry_run_prints_the_sero_block(capsys):
     (["--sero.lambda", "0.1"], r"unrecognized SERO flag --sero.lambda; the --sero.\* fields are coef, scheme"),
     (["--sero.bank", "/nonexistent/bank.npz"], r"sero.bank='/nonexistent/bank.npz' is not a file"),
     (["--sero.capacity", "7"], r"the oracle batch of 7 rows \(sero.capacity\) does not split into micro-batches of 40"),
+    (["--sero.oracle-timeout", "5"], r"oracle_timeout=5.0 .* set RunConfig.workers >= 1 \(--workers\)"),
+    (["--sero.oracle-timeout", "0", "--workers", "2"], r"--sero.oracle_timeout must be > 0, got 0.0"),
 ])
 def test_bad_sero_flags_are_one_line_errors(capsys, argv, message):
     code, out, err = run_cli(capsys, "train", *SERO, *argv, "--dry-run")

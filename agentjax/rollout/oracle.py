@@ -21,7 +21,9 @@ One update's branch, in order:
    mask (the tokens of the action text) and, with ``masked_logp``, the tokens the constrained decoder would have
    allowed. An oracle that raises (e.g. ALFWorld's expert with an inadmissible command), an action the constrained
    policy could not emit, or a crashed worker ends that branch only: a crash makes it invalid, the others keep
-   their steps and fail to improve (gate 0).
+   their steps and fail to improve (gate 0). With a ``timeout`` every pool call of the branch (restore, oracle,
+   step) is bounded: a worker past it is killed and restarted, and the branches it held end ``timeout`` (invalid,
+   counted; e.g. ALFWorld's planner, a blind search whose time per plan spans four orders of magnitude).
 3. :func:`to_oracle_batch` — the branches as fixed-capacity arrays: the real oracle steps as rows of a
    :class:`~agentjax.rollout.StepBatch` (branch-major, real rows first; ``group`` = branch, ``step`` = oracle
    depth, ``response_mask`` = command tokens), and per branch ``attempted``, ``valid``, ``oracle_return``,
@@ -50,6 +52,7 @@ from agentjax.models.constrain import constrained_choices
 from agentjax.rollout.batch import StepBatch
 from agentjax.rollout.collect import PROJECTORS, CollectConfig, Projector, Rollouts, turn_prompt
 from envs.base import Obs, Task
+from envs.pool import WorkerCrashError, WorkerTimeoutError, timed_out
 
 GateOn = Literal["success", "reward"]
 
@@ -211,6 +214,7 @@ def run_branches(
     projector: Projector | None = None,
     max_oracle_steps: int | None = None,
     gate_on: GateOn = "success",
+    timeout: float | None = None,
 ) -> BranchRun:
     """Restore every root into ``slots[i]`` and run the oracle from it (module docstring, 2).
 
@@ -226,6 +230,8 @@ def run_branches(
         projection of the policy's reply, so the later prompts are the ones the policy would have seen.
       max_oracle_steps: a cap on each branch's steps besides its remaining budget.
       gate_on: the return the branch reports (module docstring).
+      timeout: seconds each pool call of the branch may take (module docstring, 2; None: the pool's own bound).
+        It needs an :class:`envs.pool.EnvPool`: a :class:`~envs.pool.SerialPool` cannot bound a call and raises.
     """
     if len(slots) < len(roots):
         raise ValueError(f"run_branches: {len(roots)} roots need as many branch slots, got {len(slots)}")
@@ -248,14 +254,16 @@ def run_branches(
         state[i] |= dict(valid=False, ended="restore_error",
                          detail=f"no snapshot: {snap}" if snap is not None else "no snapshot (collect with "
                                 "CollectConfig.snapshots=True)")
-    restored = pool.restore([slots[i] for i in have], [roots[i].snapshot for i in have], strict=False) if have else []
+    restored = pool.restore([slots[i] for i in have], [roots[i].snapshot for i in have], strict=False,
+                            timeout=timeout) if have else []
     restore_s += time.perf_counter() - t0
     obs: list[Obs | None] = [None] * n
     history: list[list[tuple[str, str]]] = [list(r.history) for r in roots]
     live = []
     for i, result in zip(have, restored, strict=True):
         if isinstance(result, Exception):
-            state[i] |= dict(valid=False, ended="restore_error", detail=str(result)[-300:])
+            ended = "timeout" if isinstance(result, WorkerTimeoutError) else "restore_error"
+            state[i] |= dict(valid=False, ended=ended, detail=str(result)[-300:])
             continue
         why = _mismatch(result, roots[i].obs)
         if not why:
@@ -271,15 +279,15 @@ def run_branches(
     depth = 0
     while live:
         t0 = time.perf_counter()
-        actions = pool.oracle([slots[i] for i in live], strict=False)
+        actions = pool.oracle([slots[i] for i in live], strict=False, timeout=timeout)
         oracle_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         acting, step_actions = [], [None] * pool.num_slots
         for i, action in zip(live, actions, strict=True):
             if isinstance(action, Exception):
-                crash = type(action).__name__ == "WorkerCrashError"
-                state[i] |= dict(ended="crash" if crash else "oracle_error", detail=str(action)[-300:],
-                                 valid=state[i]["valid"] and not crash)
+                crash = isinstance(action, WorkerCrashError)
+                ended = "timeout" if isinstance(action, WorkerTimeoutError) else "crash" if crash else "oracle_error"
+                state[i] |= dict(ended=ended, detail=str(action)[-300:], valid=state[i]["valid"] and not crash)
                 continue
             try:
                 ids, _ = turn_prompt(tokenizer, tmpl[i], obs[i], history[i], roots[i].step + depth, config,
@@ -299,7 +307,7 @@ def run_branches(
         if not acting:
             break
         t0 = time.perf_counter()
-        results = pool.step(step_actions)
+        results = pool.step(step_actions, timeout=timeout)
         oracle_s += time.perf_counter() - t0
         env_steps += len(acting)
         depth += 1
@@ -314,8 +322,9 @@ def run_branches(
             obs[i] = res.obs
             info = res.info
             if "worker_crash" in info or "error" in info:
-                why = info.get("worker_crash") or info["error"]
-                state[i] |= dict(valid=False, ended="crash", detail=str(why)[-300:])
+                why = str(info.get("worker_crash") or info["error"])
+                ended = "timeout" if "worker_crash" in info and timed_out(why) else "crash"
+                state[i] |= dict(valid=False, ended=ended, detail=why[-300:])
                 continue
             won = bool(res.done and info.get("won", False))
             state[i]["ret"] += float(won) if gate_on == "success" else float(res.reward)

@@ -376,6 +376,11 @@ class SeroConfig:
       gate_on: the returns the gate compares: ``"success"`` (binary task success, the paper's ALFWorld and WebShop
         strict-success gate) or ``"reward"`` (the env's own reward summed from the root on).
       max_oracle_steps: a cap on oracle steps per branch (None: the remaining budget H − t, §4.2).
+      oracle_timeout: seconds each env call of the branch (restore, oracle, step over the live branches) may take;
+        a worker past it is killed and restarted, its branches end ``timeout`` (invalid, counted in
+        ``sero/ended_timeout``, never trained on). Not in the paper: it bounds a planner oracle's search (ALFWorld's
+        is blind, with no time limit: 22 ms at the median, 20-65 s from some first states). Needs env workers
+        (``RunConfig.workers`` >= 1). None: unbounded.
       micro_batch_size: oracle rows per micro-batch of the auxiliary loss (None: the update's).
       capacity: oracle rows per update (None: num_groups · max_steps rounded up to whole micro-batches).
       bank: a fixed oracle bank (``.npz`` written by :func:`agentjax.train.sero.save_bank`) replayed instead of
@@ -393,6 +398,7 @@ class SeroConfig:
     gate_scale: float = 1.0
     gate_on: Literal["success", "reward"] = "success"
     max_oracle_steps: int | None = None
+    oracle_timeout: float | None = None
     micro_batch_size: int | None = None
     capacity: int | None = None
     bank: str | None = None
@@ -406,7 +412,7 @@ class SeroConfig:
         _one_of(self, "scheme", SCHEMES)
         _one_of(self, "roots", ("uniform", "prioritised"))
         _one_of(self, "gate_on", ("success", "reward"))
-        for name in ("max_oracle_steps", "micro_batch_size", "capacity", "bank_branches"):
+        for name in ("max_oracle_steps", "oracle_timeout", "micro_batch_size", "capacity", "bank_branches"):
             if getattr(self, name) is not None:
                 _positive(self, name)
 

@@ -460,6 +460,10 @@ class RunConfig:
         """Checks that need the machine (module docstring); raises ``ValueError`` / ``FileNotFoundError``."""
         import jax
 
+        sero = self.train.sero
+        if sero is not None and sero.oracle_timeout is not None and self.workers == 0:
+            raise ValueError(f"SeroConfig.oracle_timeout={sero.oracle_timeout} bounds the oracle branch's env calls, "
+                             "which only env worker processes allow; set RunConfig.workers >= 1 (--workers)")
         if self.mesh is not None and self.mesh[0] * self.mesh[1] != jax.device_count():
             raise ValueError(f"RunConfig.mesh={self.mesh} needs {self.mesh[0] * self.mesh[1]} devices, there are "
                              f"{jax.device_count()} ({jax.devices()[0].platform}); pick sizes whose product is that")

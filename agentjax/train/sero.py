@@ -129,7 +129,7 @@ def branch_metrics(run: BranchRun | None, oracle: OracleBatch, credit: dict[str,
         if d < mask.shape[1] and mask[:, d].any():
             out[f"weight_d{d}"] = float(w[:, d][mask[:, d]].mean())
     if run is not None:
-        for why in ("mismatch", "restore_error", "crash", "oracle_error", "inadmissible", "won"):
+        for why in ("mismatch", "restore_error", "crash", "timeout", "oracle_error", "inadmissible", "won"):
             out[f"ended_{why}"] = float(sum(br.ended == why for br in run.branches))
         out["env_steps"] = float(run.env_steps)
     return out
@@ -247,7 +247,8 @@ class SeroBranch:
             roots = select_roots(rollouts, rng, self.collect, mode=self.sero.roots,
                                  priority_power=self.sero.priority_power, gate_on=self.sero.gate_on)
             run = run_branches(self.pool, self.slots, roots, self.tokenizer, self.collect,
-                               max_oracle_steps=self.sero.max_oracle_steps, gate_on=self.sero.gate_on)
+                               max_oracle_steps=self.sero.max_oracle_steps, gate_on=self.sero.gate_on,
+                               timeout=self.sero.oracle_timeout)
             oracle = to_oracle_batch(run.branches, self.collect, num_branches=self.num_branches,
                                      capacity=self.capacity)
             timing |= {"restore": run.restore_seconds, "oracle": run.oracle_seconds, "prompt": run.prompt_seconds}

@@ -45,9 +45,17 @@ Usage (about 45 minutes for the four envs on the shared 2-core machine at a load
 
     .venv/bin/python experiments/bench/sero.py [--envs sokoban,textcraft,webshop,alfworld] [--updates 3]
         [--groups webshop=2,alfworld=1] [--caps textcraft=10] [--env-timeout 1100] [--no-reference] [--merge]
+        [--workers 2] [--oracle-timeout 10] [--alfworld-expert planner|handcoded]
 
-``--merge`` keeps the rows of the envs not run now from the existing JSON (each row has its own date and load), so
-the envs can be measured one invocation at a time.
+``--merge`` keeps the rows of the envs (and variants) not run now from the existing JSON (each row has its own date
+and load), so the envs can be measured one invocation at a time.
+
+Variants (each its own row and target verdict): ``--workers N`` steps the envs in N worker processes (default: in
+the trainer's process); ``--oracle-timeout S`` bounds each env call of the branch (``SeroConfig.oracle_timeout``,
+needs workers: ALFWorld's planner is a blind search without a time limit, 0.1 s to minutes per plan, and a branch
+past the bound ends ``timeout``, counted and not trained on); ``--alfworld-expert handcoded`` uses ALFWorld's
+hand-coded expert instead of the planner. The seeds are fixed, so variants of one env run the same primary rollouts
+and roots (the random-init policy and the task stream do not depend on them).
 
 Prints two tables and writes ``experiments/bench/results/sero.json``. Absolute seconds on a shared 2-core machine
 are noisy; quote the shares (both sides from the same updates).
@@ -85,22 +93,25 @@ COLLECT = {"webshop": dict(truncation="left")}
 
 
 # -- the child: one env's run -----------------------------------------------------------------------------------------
-def build_run(env: str, groups: int | None, cap: int | None, updates: int, out_dir: str):
-    """The tiny preset of ``env`` with SERO on, random init, resized to ``groups`` × 8 rollouts × ``cap`` steps."""
+def build_run(env: str, groups: int | None, cap: int | None, updates: int, out_dir: str, *, workers: int = 0,
+              oracle_timeout: float | None = None, expert: str | None = None):
+    """The tiny preset of ``env`` with SERO on, random init, resized to ``groups`` × 8 rollouts × ``cap`` steps;
+    ``workers`` env processes, the branch's ``oracle_timeout`` and ALFWorld's ``expert`` (module docstring)."""
     from agentjax.train.config import SeroConfig
     from agentjax.train.presets import _sized, tiny
 
     run = tiny("grpo", env)
     ro = run.train.rollout
     groups, cap = groups or ro.num_groups, cap or ro.max_steps
-    train = run.train.replace(sero=SeroConfig())
+    train = run.train.replace(sero=SeroConfig(oracle_timeout=oracle_timeout))
     rows, mini = groups * ro.group_size * cap, train.mini_batches
     micro = max(d for d in range(1, train.micro_batch_size + 1) if rows % (mini * d) == 0)
     train = train.replace(micro_batch_size=micro)
     sizes = _sized(train, run.collect.replace(**COLLECT.get(env, {})), num_groups=groups, group_size=ro.group_size,
                    max_steps=cap, prompt_len=ro.prompt_len, response_len=ro.response_len)
+    env_kwargs = dict(run.env_kwargs) | ({"expert": expert} if expert else {})
     return run.replace(**sizes, warm_start=None, eval_every=0, checkpoint_every=0, updates=updates, out_dir=out_dir,
-                       progress=False)
+                       progress=False, workers=workers, env_kwargs=env_kwargs)
 
 
 COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -174,7 +185,9 @@ def instrument(loop, sero, out_dir: str, reference: bool) -> None:
 def child(args: argparse.Namespace) -> None:
     from agentjax.train import loop, sero
 
-    run = build_run(args.child, args.child_groups, args.child_cap, args.updates, args.child_out)
+    expert = args.alfworld_expert if args.child == "alfworld" else None
+    run = build_run(args.child, args.child_groups, args.child_cap, args.updates, args.child_out, workers=args.workers,
+                    oracle_timeout=args.oracle_timeout, expert=expert)
     run.spec.tasks(run.spec.train_split)  # a missing data folder fails here, before any work
     instrument(loop, sero, args.child_out, args.reference)
     loop.train(run)
@@ -219,6 +232,8 @@ def run_env(env: str, args: argparse.Namespace, tmp: str) -> dict:
     out_dir = os.path.join(tmp, env)
     cmd = [sys.executable, __file__, "--child", env, "--child-out", out_dir, "--updates", str(args.updates)]
     cmd += [] if args.no_reference else ["--reference"]
+    cmd += ["--workers", str(args.workers)] + (["--oracle-timeout", str(args.oracle_timeout)] if args.oracle_timeout
+                                               else []) + ["--alfworld-expert", args.alfworld_expert]
     if env in args.groups:
         cmd += ["--child-groups", str(args.groups[env])]
     if env in args.caps:
@@ -244,8 +259,8 @@ def run_env(env: str, args: argparse.Namespace, tmp: str) -> dict:
         r |= {"compile/total": u["compile_s"], "compile/update": u["compile_step_s"], "compile/sero": b["compile_s"]}
         if u["ref_s"] is not None:
             r |= {"ref/update_without_oracle": u["ref_s"], "compile/ref": u["compile_ref_s"]}
-    out = dict(env=env, wall_s=wall, returncode=rc, timed_out=rc is None, updates_done=len(records),
-               settings=settings(config) if config else None)
+    out = dict(env=env, variant=variant(env, args), wall_s=wall, returncode=rc, timed_out=rc is None,
+               updates_done=len(records), settings=settings(config) if config else None)
     if rc not in (0, None) or len(records) < 2:
         with open(os.path.join(tmp, f"{env}.log")) as f:
             out["log_tail"] = f.read()[-3000:]
@@ -254,6 +269,26 @@ def run_env(env: str, args: argparse.Namespace, tmp: str) -> dict:
         out |= summarise(records[1:])
         out["first_update"] = dict(total_s=records[0]["time/total"], branch_s=records[0].get("time/sero"))
     return out
+
+
+def variant(env: str, args: argparse.Namespace) -> str:
+    """The row's settings besides the sizes: ALFWorld's expert, the env workers, the branch's oracle timeout."""
+    return _variant(env, args.alfworld_expert, args.workers, args.oracle_timeout)
+
+
+def _variant(env: str, expert: str, workers: int, timeout: float | None) -> str:
+    parts = [f"{expert} expert"] if env == "alfworld" else []
+    parts.append(f"{workers} env workers" if workers else "serial envs")
+    return ", ".join(parts + ([f"oracle timeout {timeout:g} s"] if timeout else []))
+
+
+def row_variant(r: dict) -> str:
+    """A row's variant (rows written before variants existed: from their settings)."""
+    if "variant" in r or not r.get("settings"):
+        return r.get("variant", "")
+    s = r["settings"]
+    return _variant(r["env"], s["env_kwargs"].get("expert", "planner"), s["workers"],
+                    (s["sero"] or {}).get("oracle_timeout"))
 
 
 def settings(config: dict) -> dict:
@@ -323,7 +358,7 @@ def summarise(records: list[dict]) -> dict:
         scored_rows=dict(real=med(get("sero/oracle_steps"))),
         per_update=[{k: v for k, v in r.items() if k.startswith(("time/", "sero/time_", "sero/env_steps",
                                                                  "rollout/num_turns", "sero/oracle_steps", "ref/",
-                                                                 "compile/"))}
+                                                                 "compile/", "sero/ended_", "sero/roots_"))}
                     for r in records],
     )
 
@@ -345,7 +380,7 @@ def _views(r: dict) -> list[tuple[str, dict]]:
     return [("measured", r)] + ([("no compiles", r["without_compiles"])] if r.get("without_compiles") else [])
 
 
-def print_table(rows: list[dict], target: dict) -> None:
+def print_table(rows: list[dict], targets: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -364,7 +399,8 @@ def print_table(rows: list[dict], target: dict) -> None:
         for i, (name, v) in enumerate(_views(r)):
             p = v["branch_parts_s"]
             first = i == 0
-            t.add_row(r["env"] if first else "", f"{s['groups']}×{s['group_size']}×{s['max_steps']}" if first else "",
+            label = f"{r['env']} ({row_variant(r)})"
+            t.add_row(label if first else "", f"{s['groups']}×{s['group_size']}×{s['max_steps']}" if first else "",
                       name, f"{v['total_s']:.2f}", f"{v['stages_s']['collect']:.2f}",
                       f"{v['stages_s']['update']:.2f}", f"{v['branch_s']:.2f}",
                       *(f"{p[k]:.3f}" for k in (*PARTS, "other")), f"{100 * v['share']:.1f}%",
@@ -382,21 +418,29 @@ def print_table(rows: list[dict], target: dict) -> None:
         for i, (name, v) in enumerate(_views(r) if "share" in r else []):
             x = v.get("reference")
             if x:
-                ref.add_row(r["env"] if i == 0 else "", name, f"{x['update_without_oracle_s']:.2f}",
+                label = f"{r['env']} ({row_variant(r)})"
+                ref.add_row(label if i == 0 else "", name, f"{x['update_without_oracle_s']:.2f}",
                             f"{x['update_with_oracle_s']:.2f}", f"{x['update_ratio']:.2f}x",
                             f"{x['oracle_loss_s']:.2f}", f"{100 * x['sero_share']:.1f}%", str(r["updates_timed"]))
     console.print(ref)
-    console.print(f"target: branch < {100 * TARGET:.0f}% of the update on {TARGET_ENV} (ALFWorld-shaped): "
-                  f"{target['verdict']}")
+    for check in targets:
+        console.print(f"target: branch < {100 * TARGET:.0f}% of the update on {TARGET_ENV} (ALFWorld-shaped): "
+                      f"{check['verdict']}")
 
 
-def target_check(rows: list[dict]) -> dict:
+def target_checks(rows: list[dict]) -> list[dict]:
+    """:func:`target_check` of every measured ALFWorld row (one per variant)."""
+    aims = [r for r in rows if r["env"] == TARGET_ENV and "share" in r]
+    if not aims:
+        return [dict(env=TARGET_ENV, threshold=TARGET, met=None, verdict="not measured")]
+    return [target_check(r) for r in aims]
+
+
+def target_check(aim: dict) -> dict:
     """The branch's share on ALFWorld against ``TARGET``: per timed update, their median, pooled (Σ branch / Σ update:
     the share of a run's time) and maximum, as measured and without compiles; met when the median and the pooled
-    share are below it in both views. The same for branch + L_O where the reference ran."""
-    aim = next((r for r in rows if r["env"] == TARGET_ENV and "share" in r), None)
-    if aim is None:
-        return dict(env=TARGET_ENV, threshold=TARGET, met=None, verdict="not measured")
+    share are below it in both views. The same for branch + L_O where the reference ran. Also the branches lost to
+    the oracle timeout (their supervision is the price of the bound)."""
     views = {"measured": aim["per_update"]}
     if without_compiles(aim["per_update"]):
         views["no compiles"] = without_compiles(aim["per_update"])
@@ -419,11 +463,15 @@ def target_check(rows: list[dict]) -> dict:
         return "; ".join(f"{k}: median {100 * x['median']:.1f}%, pooled {100 * x['pooled']:.1f}%, max "
                          f"{100 * x['max']:.1f}%" for k, x in d.items() if x) or "not measured"
 
-    verdict = (f"{'met' if met else 'NOT met'} on {len(aim['per_update'])} timed update(s) at "
+    lost = sum(r.get("sero/ended_timeout", 0.0) for r in aim["per_update"])
+    roots = sum(r.get("sero/roots_attempted", 0.0) for r in aim["per_update"])
+    verdict = (f"{row_variant(aim)}: {'met' if met else 'NOT met'} on {len(aim['per_update'])} timed update(s) at "
                f"{aim['settings']['max_steps']} steps (branch / update, {fmt(branch)})"
                + f"; {over} of {len(aim['per_update'])} updates above {100 * TARGET:.0f}%"
-               + f"; branch + L_O in the optimizer step: {fmt(with_lo)}")
-    return dict(env=TARGET_ENV, threshold=TARGET, max_steps=aim["settings"]["max_steps"], branch_share=branch,
+               + f"; branch + L_O in the optimizer step: {fmt(with_lo)}"
+               + f"; branches lost to the oracle timeout: {lost:g} of {roots:g}")
+    return dict(env=TARGET_ENV, variant=row_variant(aim), threshold=TARGET, max_steps=aim["settings"]["max_steps"],
+                branch_share=branch,
                 sero_share_with_oracle_loss=with_lo, updates_above=over, met=met, verdict=verdict)
 
 
@@ -445,6 +493,12 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--merge", action="store_true", help="keep the rows of envs not run now from --out")
     parser.add_argument("--no-reference", action="store_true", help="skip the optimizer step without L_O")
+    parser.add_argument("--workers", type=int, default=0, help="env worker processes (0: the envs in the trainer's "
+                        "process, a serial pool)")
+    parser.add_argument("--oracle-timeout", type=float, help="SeroConfig.oracle_timeout: seconds each env call of "
+                        "the branch may take (needs --workers >= 1)")
+    parser.add_argument("--alfworld-expert", choices=("planner", "handcoded"), default="planner",
+                        help="ALFWorld's oracle (AlfWorldEnv's expert)")
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -455,6 +509,8 @@ def main() -> None:
         return child(args)
     if args.updates < 2:
         parser.error("--updates must be >= 2 (the first update compiles)")
+    if args.oracle_timeout and not args.workers:
+        parser.error("--oracle-timeout bounds calls to env worker processes: give --workers >= 1")
     args.groups, args.caps = parse_sizes(args.groups, GROUPS), parse_sizes(args.caps, CAPS)
     envs = [e for e in args.envs.split(",") if e]
     load_start, t_start = os.getloadavg(), time.perf_counter()
@@ -481,18 +537,20 @@ def main() -> None:
             rows.append(row)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if args.merge and args.out.exists():  # rows of other envs from an earlier run (each keeps its date and load)
-        kept = [r for r in json.loads(args.out.read_text())["results"] if r["env"] not in envs]
+    if args.merge and args.out.exists():  # rows of other envs / variants from an earlier run (each keeps its date)
+        now = {(r["env"], row_variant(r)) for r in rows}
+        kept = [r | {"variant": row_variant(r)} for r in json.loads(args.out.read_text())["results"]
+                if (r["env"], row_variant(r)) not in now]
         rows = sorted(kept + rows, key=lambda r: ENVS.index(r["env"]) if r["env"] in ENVS else len(ENVS))
-    target = target_check(rows)
+    targets = target_checks(rows)
     meta = dict(machine=platform.machine(), python=platform.python_version(), cpu_count=os.cpu_count(),
                 shared_machine=True, loadavg_start=load_start, loadavg_end=os.getloadavg(),
                 seconds=time.perf_counter() - t_start, updates=args.updates, method="grpo", policy="random init",
                 preset="agentjax.train.presets.tiny", date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 command=" ".join([pathlib.Path(sys.argv[0]).name, *sys.argv[1:]]), merged=args.merge)
-    print_table(rows, target)
+    print_table(rows, targets)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(meta=meta, target=target, results=rows), indent=1) + "\n")
+    args.out.write_text(json.dumps(dict(meta=meta, targets=targets, results=rows), indent=1) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import multiprocessing as mp
 import os
 import signal
+import time
 
 import pytest
 
 from envs.base import Task
-from envs.pool import EnvError, EnvPool, SerialPool, StepResult, WorkerCrashError, group_tasks
+from envs.pool import (
+    EnvError,
+    EnvPool,
+    SerialPool,
+    StepResult,
+    WorkerCrashError,
+    WorkerTimeoutError,
+    group_tasks,
+    timed_out,
+)
 from tests.envs.toy_env import ChainEnv
 
 TASKS = ChainEnv.tasks("train")
@@ -171,6 +182,34 @@ def test_timeout_kills_and_restarts_the_worker():
         _truncated_by_crash(results[0], obs[0], "timed out")
         assert results[1].info["valid"]
         assert pool.reset(TASKS[:2]) == obs
+
+
+def test_a_call_s_own_timeout():
+    """``oracle`` / ``restore`` / ``step`` bound one call on a pool without a timeout: the hanging worker is killed
+    (a :class:`WorkerTimeoutError`, never retried), the other answers; a later call waits as long as it needs."""
+    hang = dataclasses.replace(TASKS[1], meta={"hang": True})
+    with EnvPool(ChainEnv, num_slots=2, num_workers=2) as pool:
+        pool.reset([TASKS[0], hang])
+        pids = pool.worker_pids()
+        t0 = time.monotonic()
+        out = pool.oracle([0, 1], strict=False, timeout=0.5)
+        assert out[0] == "forward" and isinstance(out[1], WorkerTimeoutError) and timed_out(str(out[1]))
+        assert time.monotonic() - t0 < 10 and pool.worker_pids()[0] == pids[0] and pool.worker_pids()[1] != pids[1]
+        snaps = pool.snapshot([0]) + [(hang, 0, 4, 0, False)]
+        with pytest.raises(WorkerTimeoutError, match="timed out"):
+            pool.restore([0, 1], snaps, timeout=0.5)
+        out = pool.restore([0, 1], snaps, strict=False, timeout=0.5)  # one try: a deterministic restore would hang
+        assert out[0].anchor == "cell 0 of 3" and isinstance(out[1], WorkerTimeoutError)
+        obs = pool.reset(TASKS[:2])
+        results = pool.step(["hang", "forward"], timeout=0.5)
+        _truncated_by_crash(results[0], obs[0], "timed out")
+        assert timed_out(results[0].info["worker_crash"]) and results[1].info["valid"]
+        pool.reset(TASKS[:2])
+        assert pool.step(["forward", "wait"])[0].info["valid"]  # the pool's own bound (none) applies again
+    serial = SerialPool(ChainEnv, 1)
+    serial.reset(TASKS[:1])
+    with pytest.raises(ValueError, match="EnvPool"):
+        serial.oracle([0], timeout=1.0)
 
 
 def test_snapshot_restore_oracle_through_the_pool(pool):

@@ -3,7 +3,9 @@
 The agent walks along a chain of ``length = 3 + seed % 4`` cells from cell 0; reaching the last cell wins (reward
 1). ``"back"`` moves one cell left (reward -0.1 at cell 0: a wall), ``"wait"`` stays. Test hooks: ``"crash"`` kills
 the process hosting the env (``os._exit(1)``), ``"raise"`` raises inside ``step``, ``"hang"`` sleeps for a minute;
-a task with ``meta={"crash": True}`` kills the process on reset (``os._exit(3)``). Any other action is invalid.
+a task with ``meta={"crash": True}`` kills the process on reset (``os._exit(3)``), one with ``meta={"hang": True}``
+hangs (a minute) in ``oracle`` and ``restore``. Any other action is invalid. :class:`HangingOracleSokoban` is Sokoban
+whose oracle hangs in some tasks (SERO's oracle timeout).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from typing import Any, ClassVar
 
 from envs.base import Env, Obs, Task, step_info
+from envs.sokoban.env import SokobanEnv
 
 ACTIONS = ("forward", "back", "wait")
 
@@ -58,12 +61,29 @@ class ChainEnv(Env):
         return self.task, self.pos, self.length, self.steps, self.done
 
     def restore(self, snapshot: Any) -> Obs:
+        if snapshot[0].meta.get("hang"):
+            time.sleep(60)
         self.task, self.pos, self.length, self.steps, self.done = snapshot
         return self._obs()
 
     def oracle(self) -> str:
+        if self.task.meta.get("hang"):
+            time.sleep(60)
         return "forward"
 
     @classmethod
     def tasks(cls, split: str) -> list[Task]:
         return [Task(env=cls.name, task_id=f"chain-{i}", split=split, seed=i) for i in range(8)]
+
+
+class HangingOracleSokoban(SokobanEnv):
+    """Sokoban whose oracle hangs (a minute) in the tasks named in ``hang``, as a planner without a time limit can."""
+
+    def __init__(self, hang: tuple[str, ...] = (), **kwargs: Any):
+        super().__init__(**kwargs)
+        self.hang = frozenset(hang)
+
+    def oracle(self) -> str:
+        if self.task.task_id in self.hang:
+            time.sleep(60)
+        return super().oracle()

@@ -52,6 +52,7 @@ from envs.pool import EnvPool, SerialPool
 from envs.sokoban.env import SokobanEnv
 from envs.sokoban.solver import solution_length
 from envs.textcraft.env import TextCraftEnv
+from tests.envs.toy_env import HangingOracleSokoban
 
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
 KEY = jax.random.key(0)
@@ -511,16 +512,35 @@ class Saboteur:
         if slot is not None:
             os.kill(self.pool.worker_pids()[self.pool.worker_of(slot)], signal.SIGKILL)
 
-    def restore(self, slots, snaps, *, strict=True):
-        return self.pool.restore(slots, snaps, strict=strict)
+    def restore(self, slots, snaps, *, strict=True, timeout=None):
+        return self.pool.restore(slots, snaps, strict=strict, timeout=timeout)
 
-    def oracle(self, slots, *, strict=True):
+    def oracle(self, slots, *, strict=True, timeout=None):
         self._sabotage("oracle")
-        return self.pool.oracle(slots, strict=strict)
+        return self.pool.oracle(slots, strict=strict, timeout=timeout)
 
-    def step(self, actions):
+    def step(self, actions, *, timeout=None):
         self._sabotage("step")
-        return self.pool.step(actions)
+        return self.pool.step(actions, timeout=timeout)
+
+
+def test_an_oracle_past_its_timeout_loses_its_branch_only(sokoban, tokenizer):
+    """SeroConfig.oracle_timeout: the first root's oracle hangs (a planner without a time limit); its worker is
+    killed after the timeout and the branch ends ``timeout`` (invalid, no steps, counted); the others run as in the
+    serial pool. A SerialPool cannot bound a call and says so."""
+    roots, ref = sokoban.roots[:3], sokoban.run.branches[:3]
+    assert len({r.task.task_id for r in roots}) == 3 and all(b.steps for b in ref)
+    make_env = functools.partial(HangingOracleSokoban, hang=(roots[0].task.task_id,))
+    with EnvPool(make_env, num_slots=3, num_workers=3) as pool:
+        run = run_branches(pool, [0, 1, 2], roots, tokenizer, sokoban.config, timeout=3.0)
+    out = run.branches
+    assert out[0].ended == "timeout" and not out[0].valid and not out[0].steps and "timed out" in out[0].detail
+    assert _same_branch(out[1], ref[1]) and _same_branch(out[2], ref[2])
+    oracle, credit, log_c, mask = _credit(out, sokoban.config)
+    assert (np.asarray(credit["coef_n"])[np.asarray(oracle.steps.group) == 0] == 0).all()
+    assert branch_metrics(run, oracle, credit, log_c, mask)["ended_timeout"] == 1
+    with pytest.raises(ValueError, match="EnvPool"):
+        run_branches(SerialPool(SokobanEnv, 1), [0], roots[1:2], tokenizer, sokoban.config, timeout=3.0)
 
 
 def test_a_crashed_worker_loses_its_branch_only(sokoban, tokenizer):
