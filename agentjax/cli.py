@@ -112,7 +112,7 @@ _SERO_HELP = {  # one line per SeroConfig field (its docstring has the details)
     "gate_scale": "the soft gate's reward scale",
     "gate_on": "the returns the gate compares: binary task success or the env's reward",
     "max_oracle_steps": "cap on oracle steps per branch (default: the remaining budget)",
-    "oracle_timeout": "seconds each env call of the branch may take; past it the branch ends 'timeout' (needs "
+    "oracle_timeout": "seconds each oracle call of the branch may take; past it the branch ends 'timeout' (needs "
                       "--workers >= 1; default: unbounded)",
     "micro_batch_size": "oracle rows per micro-batch (default: the update's)",
     "capacity": "oracle rows per update (default: groups × max steps, whole micro-batches)",

@@ -21,9 +21,11 @@ One update's branch, in order:
    mask (the tokens of the action text) and, with ``masked_logp``, the tokens the constrained decoder would have
    allowed. An oracle that raises (e.g. ALFWorld's expert with an inadmissible command), an action the constrained
    policy could not emit, or a crashed worker ends that branch only: a crash makes it invalid, the others keep
-   their steps and fail to improve (gate 0). With a ``timeout`` every pool call of the branch (restore, oracle,
-   step) is bounded: a worker past it is killed and restarted, and the branches it held end ``timeout`` (invalid,
-   counted; e.g. ALFWorld's planner, a blind search whose time per plan spans four orders of magnitude).
+   their steps and fail to improve (gate 0). With an ``oracle_timeout`` every ``pool.oracle`` call is bounded: a
+   worker past it is killed and restarted, and the branches it held end ``timeout`` (invalid, counted). It is meant
+   for ALFWorld's planner, a blind search whose time per plan spans four orders of magnitude; the restores and env
+   steps are left unbounded (their cost is linear in the prefix, and a bound on them would cut valid branches
+   whenever the machine is busy).
 3. :func:`to_oracle_batch` — the branches as fixed-capacity arrays: the real oracle steps as rows of a
    :class:`~agentjax.rollout.StepBatch` (branch-major, real rows first; ``group`` = branch, ``step`` = oracle
    depth, ``response_mask`` = command tokens), and per branch ``attempted``, ``valid``, ``oracle_return``,
@@ -214,7 +216,7 @@ def run_branches(
     projector: Projector | None = None,
     max_oracle_steps: int | None = None,
     gate_on: GateOn = "success",
-    timeout: float | None = None,
+    oracle_timeout: float | None = None,
 ) -> BranchRun:
     """Restore every root into ``slots[i]`` and run the oracle from it (module docstring, 2).
 
@@ -230,7 +232,7 @@ def run_branches(
         projection of the policy's reply, so the later prompts are the ones the policy would have seen.
       max_oracle_steps: a cap on each branch's steps besides its remaining budget.
       gate_on: the return the branch reports (module docstring).
-      timeout: seconds each pool call of the branch may take (module docstring, 2; None: the pool's own bound).
+      oracle_timeout: seconds each ``pool.oracle`` call may take (module docstring, 2; None: the pool's own bound).
         It needs an :class:`envs.pool.EnvPool`: a :class:`~envs.pool.SerialPool` cannot bound a call and raises.
     """
     if len(slots) < len(roots):
@@ -254,8 +256,7 @@ def run_branches(
         state[i] |= dict(valid=False, ended="restore_error",
                          detail=f"no snapshot: {snap}" if snap is not None else "no snapshot (collect with "
                                 "CollectConfig.snapshots=True)")
-    restored = pool.restore([slots[i] for i in have], [roots[i].snapshot for i in have], strict=False,
-                            timeout=timeout) if have else []
+    restored = pool.restore([slots[i] for i in have], [roots[i].snapshot for i in have], strict=False) if have else []
     restore_s += time.perf_counter() - t0
     obs: list[Obs | None] = [None] * n
     history: list[list[tuple[str, str]]] = [list(r.history) for r in roots]
@@ -279,7 +280,7 @@ def run_branches(
     depth = 0
     while live:
         t0 = time.perf_counter()
-        actions = pool.oracle([slots[i] for i in live], strict=False, timeout=timeout)
+        actions = pool.oracle([slots[i] for i in live], strict=False, timeout=oracle_timeout)
         oracle_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         acting, step_actions = [], [None] * pool.num_slots
@@ -307,7 +308,7 @@ def run_branches(
         if not acting:
             break
         t0 = time.perf_counter()
-        results = pool.step(step_actions, timeout=timeout)
+        results = pool.step(step_actions)
         oracle_s += time.perf_counter() - t0
         env_steps += len(acting)
         depth += 1

@@ -376,11 +376,11 @@ class SeroConfig:
       gate_on: the returns the gate compares: ``"success"`` (binary task success, the paper's ALFWorld and WebShop
         strict-success gate) or ``"reward"`` (the env's own reward summed from the root on).
       max_oracle_steps: a cap on oracle steps per branch (None: the remaining budget H − t, §4.2).
-      oracle_timeout: seconds each env call of the branch (restore, oracle, step over the live branches) may take;
-        a worker past it is killed and restarted, its branches end ``timeout`` (invalid, counted in
+      oracle_timeout: seconds each call of the env's oracle may take (one call asks every live branch for its next
+        action); a worker past it is killed and restarted, its branches end ``timeout`` (invalid, counted in
         ``sero/ended_timeout``, never trained on). Not in the paper: it bounds a planner oracle's search (ALFWorld's
-        is blind, with no time limit: 22 ms at the median, 20-65 s from some first states). Needs env workers
-        (``RunConfig.workers`` >= 1). None: unbounded.
+        is blind, with no time limit: 22 ms at the median, 20-65 s from some first states); restores and env steps
+        stay unbounded. Needs env workers (``RunConfig.workers`` >= 1). None: unbounded.
       micro_batch_size: oracle rows per micro-batch of the auxiliary loss (None: the update's).
       capacity: oracle rows per update (None: num_groups · max_steps rounded up to whole micro-batches).
       bank: a fixed oracle bank (``.npz`` written by :func:`agentjax.train.sero.save_bank`) replayed instead of

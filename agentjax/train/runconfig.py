@@ -462,7 +462,7 @@ class RunConfig:
 
         sero = self.train.sero
         if sero is not None and sero.oracle_timeout is not None and self.workers == 0:
-            raise ValueError(f"SeroConfig.oracle_timeout={sero.oracle_timeout} bounds the oracle branch's env calls, "
+            raise ValueError(f"SeroConfig.oracle_timeout={sero.oracle_timeout} bounds the env's oracle calls, "
                              "which only env worker processes allow; set RunConfig.workers >= 1 (--workers)")
         if self.mesh is not None and self.mesh[0] * self.mesh[1] != jax.device_count():
             raise ValueError(f"RunConfig.mesh={self.mesh} needs {self.mesh[0] * self.mesh[1]} devices, there are "

@@ -248,7 +248,7 @@ class SeroBranch:
                                  priority_power=self.sero.priority_power, gate_on=self.sero.gate_on)
             run = run_branches(self.pool, self.slots, roots, self.tokenizer, self.collect,
                                max_oracle_steps=self.sero.max_oracle_steps, gate_on=self.sero.gate_on,
-                               timeout=self.sero.oracle_timeout)
+                               oracle_timeout=self.sero.oracle_timeout)
             oracle = to_oracle_batch(run.branches, self.collect, num_branches=self.num_branches,
                                      capacity=self.capacity)
             timing |= {"restore": run.restore_seconds, "oracle": run.oracle_seconds, "prompt": run.prompt_seconds}

@@ -51,7 +51,7 @@ Usage (about 45 minutes for the four envs on the shared 2-core machine at a load
 and load), so the envs can be measured one invocation at a time.
 
 Variants (each its own row and target verdict): ``--workers N`` steps the envs in N worker processes (default: in
-the trainer's process); ``--oracle-timeout S`` bounds each env call of the branch (``SeroConfig.oracle_timeout``,
+the trainer's process); ``--oracle-timeout S`` bounds each oracle call of the branch (``SeroConfig.oracle_timeout``,
 needs workers: ALFWorld's planner is a blind search without a time limit, 0.1 s to minutes per plan, and a branch
 past the bound ends ``timeout``, counted and not trained on); ``--alfworld-expert handcoded`` uses ALFWorld's
 hand-coded expert instead of the planner. The seeds are fixed, so variants of one env run the same primary rollouts
@@ -495,8 +495,8 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the optimizer step without L_O")
     parser.add_argument("--workers", type=int, default=0, help="env worker processes (0: the envs in the trainer's "
                         "process, a serial pool)")
-    parser.add_argument("--oracle-timeout", type=float, help="SeroConfig.oracle_timeout: seconds each env call of "
-                        "the branch may take (needs --workers >= 1)")
+    parser.add_argument("--oracle-timeout", type=float, help="SeroConfig.oracle_timeout: seconds each oracle call "
+                        "of the branch may take (needs --workers >= 1)")
     parser.add_argument("--alfworld-expert", choices=("planner", "handcoded"), default="planner",
                         help="ALFWorld's oracle (AlfWorldEnv's expert)")
     parser.add_argument("--reference", action="store_true", help=argparse.SUPPRESS)

@@ -532,7 +532,7 @@ def test_an_oracle_past_its_timeout_loses_its_branch_only(sokoban, tokenizer):
     assert len({r.task.task_id for r in roots}) == 3 and all(b.steps for b in ref)
     make_env = functools.partial(HangingOracleSokoban, hang=(roots[0].task.task_id,))
     with EnvPool(make_env, num_slots=3, num_workers=3) as pool:
-        run = run_branches(pool, [0, 1, 2], roots, tokenizer, sokoban.config, timeout=3.0)
+        run = run_branches(pool, [0, 1, 2], roots, tokenizer, sokoban.config, oracle_timeout=3.0)
     out = run.branches
     assert out[0].ended == "timeout" and not out[0].valid and not out[0].steps and "timed out" in out[0].detail
     assert _same_branch(out[1], ref[1]) and _same_branch(out[2], ref[2])
@@ -540,7 +540,7 @@ def test_an_oracle_past_its_timeout_loses_its_branch_only(sokoban, tokenizer):
     assert (np.asarray(credit["coef_n"])[np.asarray(oracle.steps.group) == 0] == 0).all()
     assert branch_metrics(run, oracle, credit, log_c, mask)["ended_timeout"] == 1
     with pytest.raises(ValueError, match="EnvPool"):
-        run_branches(SerialPool(SokobanEnv, 1), [0], roots[1:2], tokenizer, sokoban.config, timeout=3.0)
+        run_branches(SerialPool(SokobanEnv, 1), [0], roots[1:2], tokenizer, sokoban.config, oracle_timeout=3.0)
 
 
 def test_a_crashed_worker_loses_its_branch_only(sokoban, tokenizer):
