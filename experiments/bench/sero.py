@@ -54,8 +54,8 @@ Variants (each its own row and target verdict): ``--workers N`` steps the envs i
 the trainer's process); ``--oracle-timeout S`` bounds each oracle call of the branch (``SeroConfig.oracle_timeout``,
 needs workers: ALFWorld's planner is a blind search without a time limit, 0.1 s to minutes per plan, and a branch
 past the bound ends ``timeout``, counted and not trained on); ``--alfworld-expert handcoded`` uses ALFWorld's
-hand-coded expert instead of the planner. The seeds are fixed, so variants of one env run the same primary rollouts
-and roots (the random-init policy and the task stream do not depend on them).
+hand-coded expert instead of the planner. Variants are separate runs whose roots need not be the same ones (with one
+root an update, a variant's share rests on the few roots it drew): compare them over several timed updates.
 
 Prints two tables and writes ``experiments/bench/results/sero.json``. Absolute seconds on a shared 2-core machine
 are noisy; quote the shares (both sides from the same updates).
@@ -342,7 +342,9 @@ def summarise(records: list[dict]) -> dict:
     width compiles the update and the scorer again; a long run stops compiling once it has seen its widths)."""
     med = lambda f: statistics.median(f(r) for r in records)
     get = lambda k: lambda r: float(r.get(k, 0.0))
-    per_step = lambda num, den: med(lambda r: r[num] / r[den] if r.get(den) else math.nan)
+    def per_step(num: str, den: str) -> float:  # over the updates that took such steps
+        some = [r[num] / r[den] for r in records if r.get(den)]
+        return statistics.median(some) if some else math.nan
     warm = without_compiles(records)
     return timings(records) | dict(
         updates_timed=len(records),
@@ -469,7 +471,7 @@ def target_check(aim: dict) -> dict:
                f"{aim['settings']['max_steps']} steps (branch / update, {fmt(branch)})"
                + f"; {over} of {len(aim['per_update'])} updates above {100 * TARGET:.0f}%"
                + f"; branch + L_O in the optimizer step: {fmt(with_lo)}"
-               + f"; branches lost to the oracle timeout: {lost:g} of {roots:g}")
+               + (f"; branches lost to the oracle timeout: {lost:g} of {roots:g}" if roots else ""))
     return dict(env=TARGET_ENV, variant=row_variant(aim), threshold=TARGET, max_steps=aim["settings"]["max_steps"],
                 branch_share=branch,
                 sero_share_with_oracle_loss=with_lo, updates_above=over, met=met, verdict=verdict)
