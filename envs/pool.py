@@ -11,9 +11,9 @@ order; a call sends all its requests first and then collects the answers, so the
         results = pool.step(actions)                         # None for a slot that is idle or done
 
 Crash semantics. A worker that dies (segfault, ``os._exit``, killed) or does not answer within ``timeout`` seconds
-is restarted with fresh environments; its slots are idle until the next reset or restore (``step``, ``restore`` and
-``oracle`` also take a ``timeout`` of their own for one call, e.g. SERO's oracle branches bounding a planner's
-search; a worker killed by a timeout is reported as :class:`WorkerTimeoutError`). The episodes it held are lost:
+is restarted with fresh environments; its slots are idle until the next reset or restore (``oracle`` also takes a
+``timeout`` of its own for one call: SERO's branches bound a planner's search; a worker killed by a timeout is
+reported as :class:`WorkerTimeoutError`). The episodes it held are lost:
 a slot stepped in the call that saw the crash, or on the next step that gives it an action, returns
 ``StepResult(last obs, 0.0, True, {won: False, truncated: True, valid: False, worker_crash: <reason>})``. The other
 workers' slots are unaffected. ``reset`` and ``restore`` set a slot's state from scratch, so a crash during one is
@@ -164,9 +164,8 @@ class _PoolBase:
             self._state[slot], self._last_obs[slot] = _RUNNING, outcome.value
         return list(self._last_obs)
 
-    def step(self, actions: Sequence[str | None], *, timeout: float | None = None) -> list[StepResult | None]:
-        """Steps every slot with an action; ``None`` for a slot that is idle or whose episode is done (no-op).
-        ``timeout``: seconds this call may take (None: the pool's ``timeout``)."""
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        """Steps every slot with an action; ``None`` for a slot that is idle or whose episode is done (no-op)."""
         self._check_open()
         self._check_len(actions, "actions")
         for slot, action in enumerate(actions):
@@ -181,7 +180,7 @@ class _PoolBase:
                 results[slot] = self._truncated(slot, worker_crash=self._lost.pop(slot))
             else:
                 todo[slot] = action
-        for slot, outcome in self._request("step", todo, timeout).items():
+        for slot, outcome in self._request("step", todo).items():
             if outcome.kind == "ok":
                 result = StepResult(*outcome.value)
                 self._state[slot], self._last_obs[slot] = (_DONE if result.done else _RUNNING), result.obs
@@ -207,12 +206,10 @@ class _PoolBase:
         ``strict=False``: per-slot errors in place of the snapshots, as :meth:`oracle`."""
         return self._query("snapshot", slots, strict=strict)
 
-    def restore(self, slots: Sequence[int], snaps: Sequence[Any], *, strict: bool = True,
-                timeout: float | None = None) -> list[Obs | Exception]:
+    def restore(self, slots: Sequence[int], snaps: Sequence[Any], *, strict: bool = True) -> list[Obs | Exception]:
         """Restores ``snaps[k]`` into ``slots[k]`` (any slot: idle, done or lost); returns their observations.
         ``strict=False``: a slot whose restore raised (or whose worker died twice, or timed out) gets the error in
-        its place and stays idle; the other slots are restored. ``timeout``: seconds this call may take (None: the
-        pool's ``timeout``)."""
+        its place and stays idle; the other slots are restored."""
         self._check_open()
         if len(slots) != len(snaps):
             raise ValueError(f"{len(slots)} slots but {len(snaps)} snapshots")
@@ -221,7 +218,7 @@ class _PoolBase:
             self._state[slot], self._last_obs[slot] = _IDLE, None
             self._lost.pop(slot, None)
         if not strict:
-            outcomes = self._request_retrying("restore", todo, strict=False, timeout=timeout)
+            outcomes = self._request_retrying("restore", todo, strict=False)
             out: list[Obs | Exception] = []
             for slot in slots:
                 outcome = outcomes[slot]
@@ -232,7 +229,7 @@ class _PoolBase:
                 else:
                     out.append(self._error("restore", slot, outcome))
             return out
-        outcomes = self._request_retrying("restore", todo, timeout=timeout)
+        outcomes = self._request_retrying("restore", todo)
         self._raise_errors("restore", outcomes)
         for slot, outcome in outcomes.items():
             obs, done = outcome.value
@@ -283,15 +280,14 @@ class _PoolBase:
         self._raise_errors(cmd, outcomes)
         return [outcomes[slot].value for slot in slots]
 
-    def _request_retrying(self, cmd: str, todo: Mapping[int, Any], *, strict: bool = True,
-                          timeout: float | None = None) -> dict[int, _Outcome]:
+    def _request_retrying(self, cmd: str, todo: Mapping[int, Any], *, strict: bool = True) -> dict[int, _Outcome]:
         """``_request``, sending the slots of a worker that died once more to its replacement, except a timed-out
         worker's (``strict=False``: a second death or a timeout is left in the outcomes instead of raising)."""
-        outcomes = self._request(cmd, todo, timeout)
+        outcomes = self._request(cmd, todo)
         retry = {slot: todo[slot] for slot, o in outcomes.items() if o.kind == "crash" and not timed_out(o.value)}
         if retry:
             logger.warning("%s: retrying slots %s on the restarted workers", cmd, sorted(retry))
-            outcomes.update(self._request(cmd, retry, timeout))
+            outcomes.update(self._request(cmd, retry))
         crashed = {slot: o.value for slot, o in outcomes.items() if o.kind == "crash"}
         if crashed and strict:
             if all(map(timed_out, crashed.values())):
@@ -427,8 +423,8 @@ class EnvPool(_PoolBase):
       num_slots: environments in the pool, one episode each at a time.
       num_workers: processes; slots go to workers in contiguous blocks of near-equal size (at most ``num_slots``).
       start_method: ``"forkserver"`` or ``"spawn"`` (``fork`` is refused: the parent runs JAX threads).
-      timeout: seconds a worker may take to answer one request before it is killed and treated as crashed (a call's
-        own ``timeout`` overrides it).
+      timeout: seconds a worker may take to answer one request before it is killed and treated as crashed
+        (``oracle``'s own ``timeout`` overrides it for that call).
       join_timeout: seconds ``close()`` waits for the workers to exit before terminating them.
     """
 

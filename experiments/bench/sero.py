@@ -259,8 +259,9 @@ def run_env(env: str, args: argparse.Namespace, tmp: str) -> dict:
         r |= {"compile/total": u["compile_s"], "compile/update": u["compile_step_s"], "compile/sero": b["compile_s"]}
         if u["ref_s"] is not None:
             r |= {"ref/update_without_oracle": u["ref_s"], "compile/ref": u["compile_ref_s"]}
-    out = dict(env=env, variant=variant(env, args), wall_s=wall, returncode=rc, timed_out=rc is None,
-               updates_done=len(records), settings=settings(config) if config else None)
+    out = dict(env=env, variant=variant(env, args.alfworld_expert, args.workers, args.oracle_timeout),
+               command=" ".join(["python experiments/bench/sero.py", *sys.argv[1:]]), wall_s=wall, returncode=rc,
+               timed_out=rc is None, updates_done=len(records), settings=settings(config) if config else None)
     if rc not in (0, None) or len(records) < 2:
         with open(os.path.join(tmp, f"{env}.log")) as f:
             out["log_tail"] = f.read()[-3000:]
@@ -271,12 +272,8 @@ def run_env(env: str, args: argparse.Namespace, tmp: str) -> dict:
     return out
 
 
-def variant(env: str, args: argparse.Namespace) -> str:
-    """The row's settings besides the sizes: ALFWorld's expert, the env workers, the branch's oracle timeout."""
-    return _variant(env, args.alfworld_expert, args.workers, args.oracle_timeout)
-
-
-def _variant(env: str, expert: str, workers: int, timeout: float | None) -> str:
+def variant(env: str, expert: str, workers: int, timeout: float | None) -> str:
+    """A row's settings besides the sizes: ALFWorld's expert, the env workers, the branch's oracle timeout."""
     parts = [f"{expert} expert"] if env == "alfworld" else []
     parts.append(f"{workers} env workers" if workers else "serial envs")
     return ", ".join(parts + ([f"oracle timeout {timeout:g} s"] if timeout else []))
@@ -287,7 +284,7 @@ def row_variant(r: dict) -> str:
     if "variant" in r or not r.get("settings"):
         return r.get("variant", "")
     s = r["settings"]
-    return _variant(r["env"], s["env_kwargs"].get("expert", "planner"), s["workers"],
+    return variant(r["env"], s["env_kwargs"].get("expert", "planner"), s["workers"],
                     (s["sero"] or {}).get("oracle_timeout"))
 
 

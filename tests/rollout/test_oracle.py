@@ -512,16 +512,16 @@ class Saboteur:
         if slot is not None:
             os.kill(self.pool.worker_pids()[self.pool.worker_of(slot)], signal.SIGKILL)
 
-    def restore(self, slots, snaps, *, strict=True, timeout=None):
-        return self.pool.restore(slots, snaps, strict=strict, timeout=timeout)
+    def restore(self, slots, snaps, *, strict=True):
+        return self.pool.restore(slots, snaps, strict=strict)
 
     def oracle(self, slots, *, strict=True, timeout=None):
         self._sabotage("oracle")
         return self.pool.oracle(slots, strict=strict, timeout=timeout)
 
-    def step(self, actions, *, timeout=None):
+    def step(self, actions):
         self._sabotage("step")
-        return self.pool.step(actions, timeout=timeout)
+        return self.pool.step(actions)
 
 
 def test_an_oracle_past_its_timeout_loses_its_branch_only(sokoban, tokenizer):
