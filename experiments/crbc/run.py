@@ -123,8 +123,9 @@ def setting(run: RunConfig) -> str:
                 f"{ro.num_groups} groups x {ro.group_size} rollouts an update, {run.updates} updates, AdamW "
                 f"{run.train.optimizer.learning_rate:g} x {run.train.mini_batches} steps an update; eval: those "
                 f"{run.eval_tasks} rooms x {run.eval_seeds} seeds = {episodes}")
+    tasks = "rooms" if run.env == "sokoban" else "tasks"
     return (f"{ro.num_groups} groups x {ro.group_size} rollouts, {run.updates} updates; eval: first "
-            f"{run.eval_tasks} `valid` rooms x {run.eval_seeds} seeds = {episodes}")
+            f"{run.eval_tasks} `{run.evaluation_split}` {tasks} x {run.eval_seeds} seeds = {episodes}")
 
 
 def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "tiny") -> dict:

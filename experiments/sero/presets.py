@@ -13,6 +13,12 @@ SERO run and its base run differ in ``TrainConfig.sero`` only:
   and on 16 held-out rooms), where every base method measurably improves the rooms it trains on. Its base runs
   (no SERO) are the CRBC pool comparison's own runs (``experiments/crbc/results/runs/pool/``): the same config to
   the last field, so they are reused rather than repeated.
+- :func:`textcraft_run` — TextCraft-Synth, the other environment where the tiny policy runs on this CPU: the SERA
+  experiment's flat run (:func:`experiments.sera.presets.tiny_run` ``"grpo"``: its planner warm start, cached once
+  with the SERA experiment's and shared by every method, seed and arm; 2 root tasks × 4 episodes of ≤ 40 actions
+  an update, 10 updates; constrained decoding over the admissible commands; eval on 16 ``val_easy_medium`` tasks ×
+  2 seeds) with ``method``'s credit. The branch's oracle is the TextCraft planner from the restored snapshot (an
+  exact restore), so at most 2 branches an update.
 - :func:`ablation_runs` — the paper's ablations of the weighting (§5.3, §A.7: Root-only, Full-Flat, Depth-decay,
   Shuffled, Short-Bridge k = 1 and 3) and the λ_O sweep {0.05, 0.1, 0.5, 1.0} around a ``method+sero`` run.
 - :func:`matched_run` — the interaction-matched baseline (§A.2): the base method with as many more updates as
@@ -29,11 +35,13 @@ import os
 
 from agentjax.train.config import SeroConfig
 from agentjax.train.metrics import read_metrics
-from agentjax.train.presets import paper
+from agentjax.train.presets import paper, paper_credit
 from agentjax.train.runconfig import RunConfig, WarmStart
 from experiments.crbc.presets import RESULTS as CRBC_RESULTS
 from experiments.crbc.presets import pool_run as crbc_pool_run
 from experiments.crbc.presets import tiny_run as crbc_tiny_run
+from experiments.sera.presets import RESULTS as SERA_RESULTS
+from experiments.sera.presets import tiny_run as sera_tiny_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -73,6 +81,16 @@ def pool_run(method: str, seed: int, sero: SeroConfig | None = None, *, name: st
     run = crbc_pool_run(method, seed, updates=updates)
     return run.replace(train=run.train.replace(sero=sero),
                        out_dir=os.path.join(results, "runs", "pool", name or label(method, sero), f"seed{seed}"))
+
+
+def textcraft_run(method: str, seed: int, sero: SeroConfig | None = None, *, name: str | None = None,
+                  results: str = RESULTS, updates: int | None = None) -> RunConfig:
+    """The TextCraft-Synth run of ``method`` (module docstring; SERO when ``sero`` is given): the SERA experiment's
+    flat run with ``method``'s credit, its warm start from the SERA experiment's cache; ``out_dir``
+    ``results/runs/textcraft/<name or label>/seed<seed>``."""
+    run = sera_tiny_run("grpo", seed, results=SERA_RESULTS, updates=updates)
+    return run.replace(train=run.train.replace(credit=paper_credit(method, run.env), sero=sero),
+                       out_dir=os.path.join(results, "runs", "textcraft", name or label(method, sero), f"seed{seed}"))
 
 
 def smoke_run(method: str, seed: int, sero: SeroConfig | None = None, *, results: str = RESULTS) -> RunConfig:
@@ -146,4 +164,5 @@ def paper_run(method: str, env: str, size: str = "1.5b", *, coef: float = COEF, 
 
 
 __all__ = ["COEF", "COEFS", "METHODS", "PAPER_METHODS", "RESULTS", "SEEDS", "ablation_configs", "ablation_runs",
-           "extra_updates", "label", "matched_run", "paper_run", "pool_run", "smoke_run", "tiny_run"]
+           "extra_updates", "label", "matched_run", "paper_run", "pool_run", "smoke_run", "textcraft_run",
+           "tiny_run"]

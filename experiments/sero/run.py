@@ -1,4 +1,5 @@
-"""The SERO tiny experiment: base vs base + SERO on Sokoban 6×6, its ablations, and the interaction-matched baseline.
+"""The SERO tiny experiment: base vs base + SERO on Sokoban 6×6 and TextCraft-Synth, its ablations, and the
+interaction-matched baseline.
 
 ::
 
@@ -8,6 +9,7 @@
     python experiments/sero/run.py --pool --ablations --only coef_0.01 coef_0.05 --jobs 2   # two of them, pool
     python experiments/sero/run.py --matched            # + the interaction-matched baselines (after the SERO runs)
     python experiments/sero/run.py --pool --jobs 2      # the pool setting (below): results/pool_results.md
+    python experiments/sero/run.py --textcraft --methods graphgpo   # TextCraft-Synth: results/textcraft_results.md
     python experiments/sero/run.py --smoke              # 2 updates, small sizes: the pipeline end to end
     python experiments/sero/run.py --report-only        # rebuild the tables and figures from the runs' files
 
@@ -21,6 +23,10 @@ pool of 16 rooms (AdamW 2e-3 x 4 steps an update, 16 updates), evaluated on thos
 where every base method measurably improves its rooms; the base runs are the CRBC pool comparison's own, and each
 SERO arm adds the oracle branch on the same pool. ``--ablations`` and ``--matched`` take ``--pool`` too (reports
 ``pool_ablations_*``, ``pool_matched_*``).
+
+The TextCraft-Synth setting (``--textcraft``, :func:`experiments.sero.presets.textcraft_run`) is the SERA
+experiment's flat run (its planner warm start, sizes and evaluation) with each method's credit; the branch's oracle
+is the TextCraft planner (report ``textcraft_*``).
 
 The report reads only the runs' files: ``results/tiny_results.md`` / ``.json`` / ``tiny_curves.png`` (eval success ±
 SE over seeds, gains paired by episode, each ``+sero`` arm's paired difference to its own base), the ablations in
@@ -60,6 +66,7 @@ from experiments.sero.presets import (  # noqa: E402
     matched_run,
     pool_run,
     smoke_run,
+    textcraft_run,
     tiny_run,
 )
 
@@ -68,9 +75,14 @@ BRANCH_KEYS = ("roots_attempted", "roots_valid", "roots_gated", "oracle_steps", 
                "suffix_return", "compat_mean", "weight_mean", "env_steps", "time_total")
 
 
-def comparison(methods, seeds, *, updates=None, results=RESULTS, smoke=False, pool=False) -> Runs:
-    """``{(label, seed): run}``: every method with and without SERO, seed by seed."""
-    make = smoke_run if smoke else pool_run if pool else tiny_run
+SETTINGS = {"tiny": tiny_run, "pool": pool_run, "textcraft": textcraft_run, "smoke": smoke_run}
+TITLES = {"sokoban": "Sokoban 6x6", "textcraft_synth": "TextCraft-Synth"}
+
+
+def comparison(methods, seeds, *, updates=None, results=RESULTS, name="tiny") -> Runs:
+    """``{(label, seed): run}``: every method with and without SERO, seed by seed, in the setting ``name`` (a key
+    of :data:`SETTINGS`)."""
+    smoke, make = name == "smoke", SETTINGS[name]
     out: Runs = {}
     for seed in seeds:
         for method in methods:
@@ -115,7 +127,8 @@ def branch_markdown(table: dict[str, dict]) -> str:
 
 def header(runs: Runs, title: str, command: str) -> str:
     some = next(iter(runs.values()))
-    return (f"# {title}: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts ({setting(some)}, "
+    return (f"# {title}: {TITLES.get(some.env, some.env)}, {some.train.model.arch.name}, `{some.collect.prompt}` "
+            f"prompts ({setting(some)}, "
             "the same episodes and sampling streams at every eval point and for every arm of a seed)\n\n"
             "Mean ± standard error over training seeds (with one seed: none); \"(noise)\" marks |mean| < 2 SE; "
             "\"final − base\" pairs each arm with its base "
@@ -159,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matched", action="store_true", help="the interaction-matched baselines (§A.2)")
     parser.add_argument("--pool", action="store_true", help="the pool setting (presets.pool_run): the bases are the "
                         "CRBC pool comparison's runs")
+    parser.add_argument("--textcraft", action="store_true", help="the TextCraft-Synth setting (presets."
+                        "textcraft_run: the SERA experiment's flat run)")
     parser.add_argument("--smoke", action="store_true", help="2 updates, seed 0 only, small sizes")
     parser.add_argument("--results", default=RESULTS, help="folder of the tables, figures and runs")
     parser.add_argument("--report-only", action="store_true")
@@ -166,10 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_cache(args.results)
     seeds = [0] if args.smoke and args.seeds == list(SEEDS) else args.seeds
-    if args.pool and args.smoke:
-        parser.error("--pool and --smoke are two different settings: choose one")
-    runs = comparison(args.methods, seeds, updates=args.updates, results=args.results, smoke=args.smoke,
-                      pool=args.pool)
+    chosen = [n for n in ("pool", "textcraft", "smoke") if getattr(args, n)]
+    if len(chosen) > 1:
+        parser.error(f"{' and '.join('--' + n for n in chosen)} are different settings: choose one")
+    name = chosen[0] if chosen else "tiny"
+    if name == "textcraft" and (args.ablations or args.matched):
+        parser.error("--ablations and --matched run on Sokoban (the tiny or --pool setting), not --textcraft")
+    runs = comparison(args.methods, seeds, updates=args.updates, results=args.results, name=name)
     if args.only and not args.ablations:
         parser.error("--only chooses among the ablations: add --ablations")
     if args.ablations:
@@ -202,7 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         skip = a == "--jobs"
     command = " ".join(["python experiments/sero/run.py", *given])
     main_runs = {k: r for k, r in runs.items() if ":" not in k[0]}
-    name = "smoke" if args.smoke else "pool" if args.pool else "tiny"
     if not args.ablations:  # an ablation run reports its own table (its base and SERO arms included), never
         report(main_runs, folder, name, "SERO tiny experiment", command)  # a subset over the comparison's report
     shown = args.methods[:1] if args.ablations else args.methods  # the bases and SERO arms beside the extra runs

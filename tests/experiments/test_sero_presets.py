@@ -21,7 +21,8 @@ from agentjax.train.config import ModelConfig, SeroConfig
 from agentjax.train.loop import train
 from agentjax.train.presets import STEP_CAPS, paper, tiny_arch
 from experiments.crbc.presets import pool_run as crbc_pool_run
-from experiments.sero.presets import COEF, ablation_configs, ablation_runs, paper_run, pool_run, tiny_run
+from experiments.sera.presets import tiny_run as sera_tiny_run
+from experiments.sero.presets import COEF, ablation_configs, ablation_runs, paper_run, pool_run, textcraft_run, tiny_run
 
 SHRUNK = tiny_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8)  # 4 heads, 2 kv heads: tp = 2 divides both
 PAPER_SERO = SeroConfig(coef=0.1, scheme="sero", roots="uniform", soft_gate=False, gate_on="success")
@@ -118,6 +119,33 @@ def test_the_pool_setting_reuses_the_crbc_pool_runs_as_its_bases():
     assert moved.updates == 3 and "/sero/results/runs/pool/graphgpo/seed1" in moved.out_dir
     for name, r in ablation_runs("crbc", 0, pool=True).items():
         assert r.train_pool == 16 and f"/runs/pool/crbc+sero_{name.split(':')[1]}/seed0" in r.out_dir
+
+
+@pytest.mark.parametrize("method", ["graphgpo", "crbc"])
+def test_the_textcraft_setting_is_the_sera_experiments_flat_run_with_the_methods_credit(method):
+    flat = sera_tiny_run("grpo", 1)  # the SERA experiment's flat TextCraft-Synth run
+    base, with_sero = textcraft_run(method, 1), textcraft_run(method, 1, SeroConfig(coef=COEF))
+    assert base.env == "textcraft_synth" and base.train.credit.method == method and base.train.sero is None
+    assert with_sero.train.sero == SeroConfig(coef=COEF) and base.warm_start == with_sero.warm_start == flat.warm_start
+    assert "/sera/results/runs/warmstart/grpo" in base.warm_start.cache_dir  # one warm start, the SERA experiment's
+    assert base.out_dir.endswith(f"/sero/results/runs/textcraft/{method}/seed1")
+    assert with_sero.out_dir.endswith(f"/sero/results/runs/textcraft/{method}+sero/seed1")
+    assert dataclasses.replace(base, train=base.train.replace(credit=flat.train.credit), out_dir=flat.out_dir) == flat
+    assert textcraft_run(method, 1, updates=3).updates == 3
+
+
+def test_the_textcraft_setting_has_its_own_report_and_no_ablations(tmp_path, monkeypatch):
+    from experiments.sero import run
+
+    written = []
+    monkeypatch.setattr(run, "report", lambda runs, folder, name, title, command: written.append((name, set(runs))))
+    monkeypatch.setattr(run, "finished", lambda r: True)
+    argv = ["--textcraft", "--methods", "graphgpo", "--seeds", "0", "--report-only", "--results", str(tmp_path)]
+    assert run.main(argv) == 0
+    assert written == [("textcraft", {("graphgpo", 0), ("graphgpo+sero", 0)})]
+    for extra in (["--ablations"], ["--matched"], ["--pool"]):
+        with pytest.raises(SystemExit):
+            run.main([*argv, *extra])
 
 
 def test_ablation_grid():
