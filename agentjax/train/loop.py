@@ -61,13 +61,14 @@ from agentjax.train.runconfig import RunConfig, run_from_dict
 from agentjax.train.sero import SeroBranch, save_bank
 from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, sync_model
 from agentjax.train.update import NonFiniteUpdateError, check_nonfinite, make_update, make_value_fn
-from agentjax.train.warmstart import warm_start_folder
+from agentjax.train.warmstart import initial_policy, warm_start_folder
 from envs.pool import EnvPool, SerialPool
 
 log = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 RUN_CONFIG = "run_config.json"
+INITIAL_POLICY = "initial_policy.json"  # what RL started from (agentjax.train.warmstart.initial_policy)
 HELD_OUT = "held_out"  # the second evaluation series (RunConfig.held_out_tasks): eval/held_out/, held_out/ metrics
 # Keys of the config that a resumed run must share with its checkpoint (the rest is schedule and files).
 RESUME_KEYS = ("train", "env", "env_kwargs", "collect", "warm_start", "tokenizer", "tree", "train_pool")
@@ -204,7 +205,8 @@ class Built:
 def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Built:
     """Validate, then build what every trainer holds: the task lists, the tokenizer, the model (random init, an HF
     checkpoint or the cached warm start), the optimizer, the state (with the stage schedule's when ``schedule``) or
-    the newest checkpoint that restores; writes ``run_config.json``. The caller closes ``checkpoints``."""
+    the newest checkpoint that restores; writes ``run_config.json`` and ``initial_policy.json`` (what RL starts
+    from). The caller closes ``checkpoints``."""
     run.check()
     ckpt_dir = os.path.join(run.out_dir, CHECKPOINTS)
     if not resume and _existing_steps(ckpt_dir):
@@ -236,6 +238,8 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
         json.dump(run.to_dict(), f, indent=1)
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run, tokenizer, mesh)
+    with open(os.path.join(run.out_dir, INITIAL_POLICY), "w") as f:
+        json.dump(initial_policy(run), f, indent=1)
     tx = optimizer(run.train.optimizer)
     state = init_state(run.train, model, jax.random.key(run.train.seed), tx, schedule=schedule)
     checkpoints = Checkpointer(ckpt_dir, max_to_keep=run.keep_checkpoints)

@@ -115,6 +115,10 @@ def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any],
             owners.append(s)
     scores = np.zeros(len(rows), np.float64)
     loss = LossConfig()
+    # allowed-token slots: the collector's, or more where a held-out state lists more next tokens at a position
+    # than training met (TextCraft-Synth's validation tasks: 70 against max_allowed = 64); a multiple of 16
+    width = max([config.max_allowed, *(len(c) for _, _, ch in rows for c in ch or ())])
+    width += -width % 16
     for start in range(0, len(rows), batch_rows):
         part = rows[start:start + batch_rows]
         n = len(part)
@@ -125,7 +129,7 @@ def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any],
             response[i, :len(r)], rmask[i, :len(r)] = r, True
         fields = dict(prompt_tokens=prompt, prompt_mask=pmask, response_tokens=response, response_mask=rmask)
         if config.masked_logp:
-            allowed = np.full((n, lr, config.max_allowed), NO_ID, np.int32)
+            allowed = np.full((n, lr, width), NO_ID, np.int32)
             for i, (_, _, choices) in enumerate(part):
                 for j, c in enumerate(choices):
                     allowed[i, j, :len(c)] = c

@@ -215,7 +215,7 @@ class RunConfig:
         :mod:`agentjax.rollout.tree_search`, released default 2; needs ``--method sera``).
       checkpoint_every: save after every N-th update (and always after the last).
       keep_checkpoints: the newest N checkpoints are kept.
-      out_dir: metrics.jsonl, tb/, checkpoints/, run_config.json.
+      out_dir: metrics.jsonl, tb/, checkpoints/, run_config.json, initial_policy.json.
       workers: env worker processes (0: a SerialPool in this process).
       tokenizer: a tokenizer folder (None: the offline Qwen2.5 tokenizer).
       warm_start: supervised warm start on oracle demonstrations (None: off).

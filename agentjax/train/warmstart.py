@@ -31,8 +31,12 @@ which follows the code of the forward/backward pass, the jax/jaxlib version and 
 (its thread pool partitions the matmuls). Measured: the same build in separate processes on this 2-core machine, idle
 or beside other jobs, with different ``PYTHONHASHSEED`` values, gave bit-identical weights; the same build pinned to
 one core (``taskset -c 0``) did not (2,000 AdamW steps then amplify the last-bit difference into a different policy).
-``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count, the git revision
-when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash.
+The instruction set matters too: the tiny Sokoban warm start rebuilt on another machine (2026-12-05, a Xeon with
+AVX-512, the same versions and 2 cores) came out with other weights and another initial policy (pool eval 0.58-0.60
+against 0.461). ``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count, the
+git revision when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash;
+every RL run records what it started from (:func:`initial_policy`, the loop's ``initial_policy.json``), and the
+experiments' reports pair two runs only when they started from the same policy.
 
 Deviation: a policy trained on constrained replies only never sees the ``<think>`` block that unconstrained
 projection demands, so the warm start requires ``collect.constrained`` (checked by ``RunConfig.check``).
@@ -209,11 +213,30 @@ def _demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return tree_demonstrations(run, tokenizer)
 
 
+def cache_folder(run: RunConfig) -> str:
+    """Where the warm start of ``run`` is (or will be) cached: ``<cache_dir>/<cache_key>``."""
+    return os.path.join(run.warm_start.cache_dir or os.path.join(run.out_dir, "warmstart"), cache_key(run))
+
+
+def initial_policy(run: RunConfig) -> dict[str, Any]:
+    """What ``run``'s RL starts from, to tell two runs' starting policies apart: the cached warm start (its cache
+    key and ``weights_sha256``, built already), an HF checkpoint (its path) or a random init (its seed)."""
+    if run.warm_start is not None:
+        folder = cache_folder(run)
+        with open(os.path.join(folder, "warmstart.json")) as f:
+            record = json.load(f)
+        return {"source": "warm_start", "key": os.path.basename(folder), "weights_sha256": record.get("weights_sha256"),
+                "built_with": record.get("built_with")}
+    if run.train.model.checkpoint:
+        return {"source": "checkpoint", "path": os.path.abspath(run.train.model.checkpoint)}
+    return {"source": "random", "seed": run.train.seed}
+
+
 def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     """The folder of the warm-started weights of ``run`` (HF layout), made now unless cached (module docstring)."""
     ws = run.warm_start
-    root = ws.cache_dir or os.path.join(run.out_dir, "warmstart")
-    folder = os.path.join(root, cache_key(run))
+    folder = cache_folder(run)
+    root = os.path.dirname(folder)
     if os.path.isfile(os.path.join(folder, "warmstart.json")):
         log.info("warm start: cached at %s", folder)
         _record_agreement(folder, run, tokenizer)

@@ -12,6 +12,10 @@ and runs of different methods with the same seed share them too: common random n
 - gain = final − initial per seed (paired episode by episode), mean ± SE over seeds; ``z`` = mean / SE;
 - the paired difference to :data:`BASELINE`: per seed, the mean over the same episodes of the two methods'
   final outcomes' difference (each run's last evaluation), then mean ± SE over seeds;
+- a pair needs one starting policy: with ``same_start`` a seed enters the paired columns only when both runs
+  started from the same policy (:func:`started_alike`: their ``initial_policy.json`` records, else their first
+  evaluations' outcomes); a warm start rebuilt on another machine is another policy (agentjax.train.warmstart),
+  and its runs are listed as unpaired instead;
 - updates to threshold: the first eval update at which the method's seed-mean eval success reaches the threshold
   (default GraphGPO's final seed-mean success, the paper's comparison: "CRBC reaches GraphGPO's final reward in
   about half the updates"); ``—`` if never.
@@ -62,6 +66,24 @@ def episode_gain(out_dir: str, series: str = "") -> dict[str, Any]:
                 gain=float(diff.mean()), gain_se=se, episodes=int(diff.size))
 
 
+def started_alike(a_dir: str, b_dir: str) -> bool:
+    """Whether two runs of one seed started RL from the same policy: their ``initial_policy.json`` records agree
+    (the warm start's weights hash) where both have one, else their evaluations before the first update (update 0,
+    the same episodes and sampling streams) have identical outcomes, as the same policy's do."""
+    records = []
+    for d in (a_dir, b_dir):
+        path = os.path.join(d, "initial_policy.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                records.append(json.load(f))
+    unhashed = any(r.get("source") == "warm_start" and not r.get("weights_sha256") for r in records)
+    if len(records) == 2 and not unhashed:
+        return {k: v for k, v in records[0].items() if k != "built_with"} == {
+            k: v for k, v in records[1].items() if k != "built_with"}
+    a, b = eval_outcomes(a_dir).get(0), eval_outcomes(b_dir).get(0)
+    return a is not None and b is not None and a.shape == b.shape and bool(np.array_equal(a, b))
+
+
 def _ms(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, np.float64)
     se = float(a.std(ddof=1) / np.sqrt(a.size)) if a.size > 1 else float("nan")
@@ -71,11 +93,12 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = None,
               baselines: Mapping[str, str] | None = None, threshold_method: str = THRESHOLD_METHOD,
-              series: str = "") -> dict[str, dict]:
+              series: str = "", same_start: bool = False) -> dict[str, dict]:
     """Per method: initial / final / best eval success, gain, paired difference to the baseline, mean training
     success and its paired difference, updates to the threshold, and the curves (module docstring).
     ``baselines``: each label's baseline (default: :data:`BASELINE` for every label); ``series``: the evaluation
-    series (:func:`eval_outcomes`)."""
+    series (:func:`eval_outcomes`); ``same_start``: pair a seed only where both runs started alike (module
+    docstring), listing the others in ``unpaired_seeds``."""
     outcomes = {k: eval_outcomes(r.out_dir, series) for k, r in runs.items()}
     outcomes = {k: v for k, v in outcomes.items() if v}
     train = {k: {x["step"]: next(x[key] for key in TRAIN_SUCCESS if key in x) for x in read_metrics(r.out_dir)
@@ -108,6 +131,10 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
         if baseline is None or baseline == label or baseline not in table:
             continue
         common = [s for s in table[label]["seeds"] if s in table[baseline]["seeds"]]
+        if same_start:
+            unpaired = [s for s in common if not started_alike(runs[(label, s)].out_dir, runs[(baseline, s)].out_dir)]
+            common = [s for s in common if s not in unpaired]
+            table[label]["unpaired_seeds"] = unpaired
         diffs, tdiffs = [], []
         for s in common:
             mine, base = outcomes[(label, s)], outcomes[(baseline, s)]
@@ -159,7 +186,10 @@ def markdown(table: Mapping[str, dict], header: str, baseline: str = BASELINE,
             f"{_fmt(r.get('final_minus_base'), True)}{_noise(r.get('final_minus_base'))} | {_fmt(r['train_mean'])} | "
             f"{_fmt(r.get('train_minus_base'), True)}{_noise(r.get('train_minus_base'))} |"
             + (f" {reached} |" if threshold_method else ""))
-    return header + "\n".join(rows) + "\n"
+    unpaired = [f"{label} seed {s}" for label, r in table.items() for s in r.get("unpaired_seeds", [])]
+    note = ("\nLeft out of the paired columns (the run and its base started from different policies, e.g. a warm "
+            f"start rebuilt on another machine): {', '.join(unpaired)}.\n" if unpaired else "")
+    return header + "\n".join(rows) + "\n" + note
 
 
 def plot(table: Mapping[str, dict], path: str, held_out: Mapping[str, dict] | None = None,
@@ -197,14 +227,14 @@ def plot(table: Mapping[str, dict], path: str, held_out: Mapping[str, dict] | No
 def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, header: str,
                  baselines: Mapping[str, str] | None = None, baseline_column: str = BASELINE,
                  threshold_method: str = THRESHOLD_METHOD, held_out_header: str | None = None,
-                 title: str = "eval success (held-out rooms, ± SE over seeds)") -> dict:
+                 title: str = "eval success (held-out rooms, ± SE over seeds)", same_start: bool = False) -> dict:
     """``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results``; returns the table.
     ``baselines`` / ``baseline_column``: each label's paired baseline and the column's name (default GRPO).
     ``held_out_header``: also tabulate the runs' held-out series (``eval/held_out/``) under this header
-    (``.json``: ``held_out``)."""
-    table = summarise(runs, baselines=baselines, threshold_method=threshold_method)
-    held_out = summarise(runs, baselines=baselines, threshold_method="",
-                         series="held_out") if held_out_header is not None else {}
+    (``.json``: ``held_out``); ``same_start``: pair only runs that started alike (:func:`summarise`)."""
+    table = summarise(runs, baselines=baselines, threshold_method=threshold_method, same_start=same_start)
+    held_out = summarise(runs, baselines=baselines, threshold_method="", series="held_out",
+                         same_start=same_start) if held_out_header is not None else {}
     os.makedirs(results, exist_ok=True)
     text = markdown(table, header, baseline_column, threshold_method)
     if held_out:
@@ -220,4 +250,4 @@ def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, h
     return table
 
 
-__all__ = ["BASELINE", "THRESHOLD_METHOD", "eval_outcomes", "markdown", "summarise", "write_report"]
+__all__ = ["BASELINE", "THRESHOLD_METHOD", "eval_outcomes", "markdown", "started_alike", "summarise", "write_report"]

@@ -142,7 +142,7 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
               f"`python experiments/crbc/run.py{flag}`.\n\n")
     header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts "
               f"({setting(some)}, " + common)
-    return write_report(runs, results, name, header, **held_out_report(some))
+    return write_report(runs, results, name, header, same_start=True, **held_out_report(some))
 
 
 def held_out_report(run: RunConfig) -> dict:

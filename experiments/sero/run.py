@@ -140,9 +140,10 @@ def report(runs: Runs, results: str, name: str, title: str, command: str) -> dic
     missing = sorted(f"{lab} seed {s}" for (lab, s) in runs if (lab, s) not in done)
     if not done:
         raise SystemExit(f"no finished runs to report ({', '.join(missing)})")
-    note = f"Not run to the end (left out): {', '.join(missing)}.\n\n" if missing else ""
+    note = f"Not finished in this folder (left out): {', '.join(missing)}.\n\n" if missing else ""
     table = write_report(done, results, name, header(done, title, command) + note, baselines=baselines(done),
-                         baseline_column="base", **held_out_report(next(iter(done.values()))))
+                         baseline_column="base", same_start=True,
+                         **held_out_report(next(iter(done.values()))))
     branches = branch_table(done)
     if branches:
         text = (f"# What the branches did ({name})\n\nMean over updates and seeds of the `sero/` metrics: roots "

@@ -19,6 +19,7 @@ from agentjax.train.loop import optimizer, train
 from agentjax.train.metrics import MetricsWriter
 from agentjax.train.presets import paper, tiny_arch
 from experiments.crbc import ablations
+from experiments.crbc import report as report_module
 from experiments.crbc.presets import POOL, ablation_runs, pool_run, smoke_run, tiny_run
 from experiments.crbc.report import summarise
 from experiments.crbc.run import report
@@ -154,6 +155,42 @@ def test_report_reproduces_the_table_from_the_runs_files(tmp_path):
     assert "| grpo | 2 | 0.125 ± 0.125 | 0.500 ± 0.250 |" in md and "+0.375 ± 0.125 |" in md, md
     assert json.load(open(tmp_path / "tiny_results.json"))["results"]["grpo"]["episodes"] == 4
     assert (tmp_path / "tiny_curves.png").stat().st_size > 10_000
+
+
+def test_the_report_pairs_only_runs_that_started_from_the_same_policy(tmp_path):
+    """Seed 1's CRBC run started from another policy than its GRPO base (a warm start rebuilt elsewhere: another
+    update-0 evaluation on the same episodes), so only seed 0 enters the paired columns and the table lists seed 1
+    as unpaired; where both runs record what they started from, the record decides."""
+    first = {0: [[1, 0], [0, 0]], 1: [[0, 0], [0, 0]]}  # update 0's outcomes of GRPO's two seeds
+    runs = {}
+    for method, seed in (("grpo", 0), ("grpo", 1), ("crbc", 0), ("crbc", 1)):
+        run = smoke_run(method, seed, results=str(tmp_path))
+        runs[(method, seed)] = run
+        os.makedirs(os.path.join(run.out_dir, "eval"))
+        start = [[1, 1], [1, 1]] if (method, seed) == ("crbc", 1) else first[seed]
+        for step, o in ((0, start), (2, [[1, 1], [1, 0]] if method == "crbc" else [[1, 0], [0, 0]])):
+            with open(os.path.join(run.out_dir, "eval", f"{step}.json"), "w") as f:
+                json.dump({"step": step, "outcomes": o}, f)
+        with MetricsWriter(run.out_dir, tensorboard=False) as w:
+            w.write(2, {"rollout/success_rate": 0.5})
+    assert report_module.started_alike(runs[("crbc", 0)].out_dir, runs[("grpo", 0)].out_dir)
+    assert not report_module.started_alike(runs[("crbc", 1)].out_dir, runs[("grpo", 1)].out_dir)
+    table = report(runs, str(tmp_path), "tiny")
+    assert table["crbc"]["unpaired_seeds"] == [1] and table["crbc"]["final_minus_base"]["n"] == 1
+    assert table["crbc"]["final_minus_base"]["mean"] == pytest.approx(0.5)  # seed 0 only: 0.75 - 0.25
+    assert "Left out of the paired columns" in (tmp_path / "tiny_results.md").read_text()
+    assert summarise(runs)["crbc"]["final_minus_base"]["n"] == 2  # without same_start: both seeds
+
+    def record(key, sha):
+        for method in ("grpo", "crbc"):
+            with open(os.path.join(runs[(method, 0)].out_dir, "initial_policy.json"), "w") as f:
+                json.dump({"source": "warm_start", "key": key, "weights_sha256": sha[method],
+                           "built_with": {"cpu_count": 2 if method == "grpo" else 4}}, f)
+
+    record("k", {"grpo": "a", "crbc": "a"})  # the same weights, built on other machines: alike
+    assert report_module.started_alike(runs[("crbc", 0)].out_dir, runs[("grpo", 0)].out_dir)
+    record("k", {"grpo": "a", "crbc": "b"})  # other weights: not alike, though update 0's outcomes agree
+    assert not report_module.started_alike(runs[("crbc", 0)].out_dir, runs[("grpo", 0)].out_dir)
 
 
 def test_the_pool_report_tabulates_the_held_out_series_beside(tmp_path):

@@ -61,8 +61,9 @@ def test_metrics_lines_carry_every_statistic(uninterrupted):
     out, summary = uninterrupted
     initial, *lines = read_metrics(out)
     assert [line["step"] for line in lines] == [1, 2] and summary["step"] == 2
-    # the initial policy is evaluated first (update 0: eval only)
+    # the initial policy is evaluated first (update 0: eval only), and the run records what it was
     assert initial["step"] == 0 and "eval/success_rate" in initial and "train/loss" not in initial
+    assert json.load(open(out / loop.INITIAL_POLICY)) == {"source": "random", "seed": 0}
     required = ["rollout/success_rate", "rollout/success/all", "rollout/mean_return", "rollout/invalid_rate",
                 "rollout/mean_episode_length", "train/loss", "train/kl", "train/entropy", "train/clip_frac",
                 "train/grad_norm", "train/lr", "train/skipped", "credit/adv_std", "credit/crbc_eligible_frac",
@@ -199,6 +200,11 @@ def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
     model = loop.build_model(run, tokenizer, None)
     fresh = loop.build_model(run.replace(warm_start=None), tokenizer, None)
     assert not leaves_equal(nnx.state(model, nnx.Param), nnx.state(fresh, nnx.Param))
+    # what a run records it started from (the reports pair runs by it): the warm start's key and weights
+    started = warmstart.initial_policy(run)
+    assert started == {"source": "warm_start", "key": os.path.basename(folder),
+                       "weights_sha256": info["weights_sha256"], "built_with": info["built_with"]}
+    assert warmstart.initial_policy(run.replace(warm_start=None)) == {"source": "random", "seed": run.train.seed}
 
 
 @orbax_leftovers

@@ -28,3 +28,22 @@ def test_a_large_probe_keeps_the_oracle_and_fits_the_bound():
         assert len(replies) == 8 and replies[oracle] == f"r{s}.{(3 * s) % 50}"
         assert replies == sorted(replies, key=lambda r: int(r.split(".")[1]))  # original order kept
     assert bounded_states(states, max_rows=320, max_candidates=8) == out
+
+
+def test_a_position_with_more_next_tokens_than_the_collectors_slots_is_scored():
+    """A held-out state may list more next tokens at a reply position than ``CollectConfig.max_allowed`` (TextCraft-
+    Synth's validation tasks: 70 against 64): the probe widens its own slots, so its numbers are those of a config
+    with room for them (Sokoban: 4 moves after ``<action>``, against 2 slots)."""
+    from flax import nnx
+
+    from agentjax.models import Qwen, load_tokenizer
+    from agentjax.train.presets import tiny, tiny_arch
+    from agentjax.train.probe import oracle_agreement
+    from envs.sokoban.env import SokobanEnv
+
+    config = tiny("grpo").collect
+    model = Qwen(tiny_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8), rngs=nnx.Rngs(0))
+    tasks, tokenizer = SokobanEnv.tasks("valid")[:2], load_tokenizer()
+    narrow = oracle_agreement(model, tokenizer, SokobanEnv(), tasks, config.replace(max_allowed=2))
+    wide = oracle_agreement(model, tokenizer, SokobanEnv(), tasks, config.replace(max_allowed=16))
+    assert narrow == wide and narrow["chance"] == 0.25 and narrow["states"] >= 2
