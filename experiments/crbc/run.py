@@ -52,7 +52,7 @@ if ROOT not in sys.path:
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig, run_from_dict  # noqa: E402
 from experiments.crbc.presets import METHODS, RESULTS, SEEDS, pool_run, smoke_run, tiny_run  # noqa: E402
-from experiments.crbc.report import episode_gain, write_report  # noqa: E402
+from experiments.crbc.report import episode_gain, started_alike, write_report  # noqa: E402
 
 
 def finished(run: RunConfig) -> bool:
@@ -259,10 +259,14 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
             committed = pool_run(method, seed, updates=run.updates)  # the comparison's run of the same config
             if committed.out_dir != run.out_dir and os.path.exists(os.path.join(committed.out_dir, "metrics.jsonl")):
                 g, where = episode_gain(committed.out_dir), os.path.relpath(committed.out_dir, ROOT)
+                alike = started_alike(run.out_dir, committed.out_dir)
                 lines.append(f"The pool comparison's committed run of the same config ({where}): "
-                             f"{g['success'][g['first']]:.3f} -> {g['success'][g['last']]:.3f} on the pool's rooms; on "
-                             "a CPU like the one that made it this run repeats it to the last digit (XLA's CPU "
-                             "numerics may differ on other machines).")
+                             f"{g['success'][g['first']]:.3f} -> {g['success'][g['last']]:.3f} on the pool's rooms; "
+                             + ("this run started from the same policy (update 0's outcomes are identical) and on a "
+                                "CPU like the one that made it repeats it to the last digit." if alike else
+                                "this run started from another policy (update 0's outcomes differ): the warm start "
+                                "built here is not the one that made it, as XLA's CPU numerics differ between "
+                                "machines (agentjax/train/warmstart.py), so the two runs are not expected to match."))
         lines.append("This was one training seed of the pool comparison's config, so the table has no standard error "
                      "over seeds; the paired gains above have one over episodes, and a gain under 2 of them is within "
                      "noise. The whole comparison: python experiments/crbc/run.py --pool --jobs 2 (README, \"The tiny "

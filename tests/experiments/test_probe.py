@@ -1,6 +1,7 @@
 """experiments/crbc/probe.py and the demo: the eval curve and the paired gain they print (report.episode_gain)."""
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -60,6 +61,13 @@ def test_the_demo_explains_its_paired_gains(tmp_path):
     assert "the 16 rooms of the training pool" in text and "16 held-out rooms it never trains on" in text
     # the committed comparison's run of the same config, for a reader to compare with (git keeps its eval files)
     assert "committed run of the same config (experiments/crbc/results/runs/pool/gigpo/seed0): 0.461 -> 0.703" in text
+    assert "this run started from another policy" in text  # its update 0 is not the committed run's
+    committed = json.loads((pathlib.Path(experiment.ROOT) / "experiments/crbc/results/runs/pool/gigpo/seed0/eval/0.json"
+                            ).read_text())
+    for step in (0, 16):
+        (folder / f"{step}.json").write_text(json.dumps({"outcomes": committed["outcomes"]}))
+    text = experiment.explain({("gigpo", 0): run}, str(tmp_path), "demo", smoke=False, demo=True)
+    assert "this run started from the same policy" in text
 
 
 def test_the_demo_trains_its_own_run(tmp_path):
