@@ -104,7 +104,6 @@ def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any],
     graphdef, params = nnx.split(model, nnx.Param)
     lp = max(len(p) for p, _, _ in states)
     lp += -lp % 32
-    lr = config.max_response_tokens
     rows, owners = [], []
     for s, (prompt, replies, _) in enumerate(states):
         bare = [list(tokenizer.encode(r, add_special_tokens=False)) for r in replies]
@@ -115,8 +114,10 @@ def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any],
             owners.append(s)
     scores = np.zeros(len(rows), np.float64)
     loss = LossConfig()
-    # allowed-token slots: the collector's, or more where a held-out state lists more next tokens at a position
-    # than training met (TextCraft-Synth's validation tasks: 70 against max_allowed = 64); a multiple of 16
+    # Every admissible reply is scored whole, so the response and allowed-token widths are the collector's or more
+    # where a held-out state lists longer replies (TextCraft-Synth's validation tasks: crafting commands of up to 70
+    # tokens against a 64-token reply budget) or more next tokens at a position (the slots a multiple of 16).
+    lr = max(config.max_response_tokens, *(len(r) for _, r, _ in rows))
     width = max([config.max_allowed, *(len(c) for _, _, ch in rows for c in ch or ())])
     width += -width % 16
     for start in range(0, len(rows), batch_rows):
