@@ -110,7 +110,8 @@ def branch_weights(
       is SERO's mean weight ``Σ_i w^S_i / n``, the fixed-bank "Flat" control).
     - ``"depth_decay"``: ``w_j = γ^{d_j}`` (γ is not given in the paper; default 0.9).
     - ``"shuffled"``:    ``w^S`` permuted uniformly among the real steps (``key`` required).
-    - ``"short_bridge"``: ``w_j = 1[d_j < k]`` (the first k oracle steps at weight 1; ``k ≥ J`` is Full-Flat).
+    - ``"short_bridge"``: ``w_j = 1[d_j < k]`` (the first k oracle steps at weight 1; ``k = 1`` is Root-only, ``k ≥ J``
+      is Full-Flat).
 
     ``match_mass=True`` rescales any scheme to SERO's total supervision mass per branch,
     ``w_j ← w_j · Σ_i w^S_i / Σ_i w_i`` (the paper's fixed-bank control, §F.2); a scheme with zero mass
