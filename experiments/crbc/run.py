@@ -98,15 +98,16 @@ def run_all(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
         first = next(iter(todo.values()))
         warm_start_folder(first, load_tokenizer(first.tokenizer))
     start = time.perf_counter()
-    if jobs <= 1:
+    if jobs <= 1 and len(todo) == 1:  # one run: in this process, with its summary
         for (label, seed), run in todo.items():
             t0 = time.perf_counter()
             summary = run_one(run)
             print(f"{label} seed {seed}: {summary['step']} updates in {time.perf_counter() - t0:.0f} s "
                   f"({summary['seconds_per_update']:.1f} s/update), eval success "
                   f"{summary['last_eval'].get('success_rate', float('nan')):.3f}")
-    else:
-        with ThreadPoolExecutor(jobs) as pool:
+    else:  # each run in a child process, `jobs` at a time: one process training run after run exhausted its memory
+        # maps (LLVM "Cannot allocate memory", then a segfault, in the 4th TextCraft-Synth run, 2026-12-05)
+        with ThreadPoolExecutor(max(jobs, 1)) as pool:
             codes = dict(zip(todo, pool.map(run_in_process, todo.values()), strict=True))
         failed = {k: c for k, c in codes.items() if c}
         if failed:

@@ -157,6 +157,17 @@ def test_report_reproduces_the_table_from_the_runs_files(tmp_path):
     assert (tmp_path / "tiny_curves.png").stat().st_size > 10_000
 
 
+def test_several_runs_train_in_child_processes_even_one_at_a_time(tmp_path, monkeypatch):
+    from experiments.crbc import run as experiment
+
+    called = []
+    monkeypatch.setattr(experiment, "run_in_process", lambda run: called.append(run.out_dir) or 0)
+    monkeypatch.setattr(experiment, "run_one", lambda run: pytest.fail("trained in the runner's own process"))
+    runs = {(m, 0): smoke_run(m, 0, results=str(tmp_path)).replace(warm_start=None) for m in ("grpo", "crbc")}
+    experiment.run_all(runs, jobs=1)
+    assert sorted(called) == sorted(r.out_dir for r in runs.values())
+
+
 def test_the_report_pairs_only_runs_that_started_from_the_same_policy(tmp_path):
     """Seed 1's CRBC run started from another policy than its GRPO base (a warm start rebuilt elsewhere: another
     update-0 evaluation on the same episodes), so only seed 0 enters the paired columns and the table lists seed 1
