@@ -238,8 +238,10 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
         json.dump(run.to_dict(), f, indent=1)
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run, tokenizer, mesh)
-    with open(os.path.join(run.out_dir, INITIAL_POLICY), "w") as f:
-        json.dump(initial_policy(run), f, indent=1)
+    started = os.path.join(run.out_dir, INITIAL_POLICY)
+    if not (resume and _existing_steps(ckpt_dir) and os.path.exists(started)):  # a resumed run keeps its record: its
+        with open(started, "w") as f:  # weights come from its checkpoint, whatever warm start this machine builds
+            json.dump(initial_policy(run), f, indent=1)
     tx = optimizer(run.train.optimizer)
     state = init_state(run.train, model, jax.random.key(run.train.seed), tx, schedule=schedule)
     checkpoints = Checkpointer(ckpt_dir, max_to_keep=run.keep_checkpoints)

@@ -117,7 +117,7 @@ def oracle_agreement(model: Any, tokenizer: Any, env: Any, tasks: Sequence[Any],
     # Every admissible reply is scored whole, so the response and allowed-token widths are the collector's or more
     # where a held-out state lists longer replies (TextCraft-Synth's validation tasks: crafting commands of up to 70
     # tokens against a 64-token reply budget) or more next tokens at a position (the slots a multiple of 16).
-    lr = max(config.max_response_tokens, *(len(r) for _, r, _ in rows))
+    lr = max([config.max_response_tokens, *(len(r) for _, r, _ in rows)])
     width = max([config.max_allowed, *(len(c) for _, _, ch in rows for c in ch or ())])
     width += -width % 16
     for start in range(0, len(rows), batch_rows):

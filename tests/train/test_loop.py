@@ -83,8 +83,11 @@ def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
     run = small_run(tmp_path)
     first = loop.train(run, stop_after=1)
     assert first["step"] == 1 and os.listdir(tmp_path / "checkpoints") == ["1"]
+    record = {"source": "warm_start", "key": "built elsewhere", "weights_sha256": "0" * 64}
+    (tmp_path / loop.INITIAL_POLICY).write_text(json.dumps(record))  # as if started on another machine
     resumed = loop.train(run, resume=True)
     assert resumed["resumed_from"] == 1 and resumed["step"] == 2
+    assert json.loads((tmp_path / loop.INITIAL_POLICY).read_text()) == record  # the start stays the first one's
     assert leaves_equal(resumed["params"], summary["params"])
     assert without_timings(read_metrics(tmp_path)) == without_timings(read_metrics(out))
 
