@@ -31,10 +31,13 @@ which follows the code of the forward/backward pass, the jax/jaxlib version and 
 (its thread pool partitions the matmuls). Measured: the same build in separate processes on this 2-core machine, idle
 or beside other jobs, with different ``PYTHONHASHSEED`` values, gave bit-identical weights; the same build pinned to
 one core (``taskset -c 0``) did not (2,000 AdamW steps then amplify the last-bit difference into a different policy).
-The instruction set matters too: the tiny Sokoban warm start rebuilt on another machine (2026-12-05, a Xeon with
-AVX-512, the same versions and 2 cores) came out with other weights and another initial policy (pool eval 0.58-0.60
-against 0.461). ``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count, the
-git revision when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash;
+The CPU type matters too: the tiny Sokoban warm start rebuilt on another machine (2026-12-05, a Xeon with AVX-512,
+the same versions and 2 cores) came out with other weights and another initial policy (pool eval 0.58-0.60 against
+0.461), and capping the code XLA generates at AVX2 there (``XLA_FLAGS=--xla_cpu_max_isa=AVX2``) gave bit-identical
+weights to the uncapped build (sha256 ``f1f65155...``), so the flag cannot reproduce the first machine's build: the
+difference lies below XLA's own code generation (the matmul libraries' run-time CPU dispatch, presumably).
+``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count and model, whether it
+has AVX-512, the git revision when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash;
 every RL run records what it started from (:func:`initial_policy`, the loop's ``initial_policy.json``), and the
 experiments' reports pair two runs only when they started from the same policy.
 
@@ -285,7 +288,21 @@ def build_info() -> dict[str, Any]:
         rev = None
     return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "numpy": np.__version__,
             "cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "devices": [str(d.platform) for d in jax.devices()], "git_revision": rev}
+            "devices": [str(d.platform) for d in jax.devices()], "git_revision": rev, **cpu_info()}
+
+
+def cpu_info(cpuinfo: str = "/proc/cpuinfo") -> dict[str, Any]:
+    """The CPU's model name and whether it has AVX-512 (``avx512f``), read from ``cpuinfo`` (Linux); ``None`` where
+    that file is missing or says nothing (module docstring, "Reproducibility": the CPU type changes a build)."""
+    try:
+        with open(cpuinfo) as f:
+            text = f.read()
+    except OSError:
+        return {"cpu_model": None, "avx512": None}
+    fields = dict(line.split(":", 1) for line in text.splitlines()[:64] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = fields.get("flags")
+    return {"cpu_model": fields.get("model name"), "avx512": None if flags is None else "avx512f" in flags.split()}
 
 
 def weights_sha256(folder: str) -> str:

@@ -23,7 +23,6 @@ from nbclient import NotebookClient
 from agentjax.credit import batched_grpo, batched_rloo
 from experiments.crbc import credit_analysis as ca
 
-pytestmark = pytest.mark.slow  # the notebook end to end: `make test-slow` (README, "Tests")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "crbc_credit_analysis.ipynb"

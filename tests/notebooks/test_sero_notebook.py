@@ -31,7 +31,6 @@ from agentjax.train.loop import make_pool
 from agentjax.train.sero import SeroBranch
 from experiments.sero import reachability as ra
 
-pytestmark = pytest.mark.slow  # the notebook end to end: `make test-slow` (README, "Tests")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "sero_reachability.ipynb"

@@ -195,6 +195,7 @@ def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
     assert 0.0 <= info["agreement"]["agreement"] <= 1.0 and info["agreement"]["chance"] == pytest.approx(0.25)
     assert info["weights_sha256"] == warmstart.weights_sha256(folder)  # the record names the weights it holds
     assert info["built_with"]["jax"] == jax.__version__ and info["built_with"]["cpu_count"] >= 1
+    assert info["built_with"]["cpu_model"] == warmstart.cpu_info()["cpu_model"]  # the CPU type changes a build
     rebuilt = warmstart.warm_start_folder(run.replace(warm_start=dataclasses.replace(
         run.warm_start, cache_dir=str(tmp_path / "cache2"))), tokenizer)
     assert warmstart.weights_sha256(rebuilt) == info["weights_sha256"]  # a rebuild is bit-identical
