@@ -36,10 +36,10 @@ the same versions and 2 cores) came out with other weights and another initial p
 0.461), and capping the code XLA generates at AVX2 there (``XLA_FLAGS=--xla_cpu_max_isa=AVX2``) gave bit-identical
 weights to the uncapped build (sha256 ``f1f65155...``), so the flag cannot reproduce the first machine's build: the
 difference lies below XLA's own code generation (the matmul libraries' run-time CPU dispatch, presumably).
-``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count and model, whether it
-has AVX-512, the git revision when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash;
-every RL run records what it started from (:func:`initial_policy`, the loop's ``initial_policy.json``), and the
-experiments' reports pair two runs only when they started from the same policy.
+``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count and model, whether
+it has AVX-512, the git revision when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be
+compared by hash; every RL run records what it started from (:func:`initial_policy`, the loop's
+``initial_policy.json``), and the experiments' reports pair two runs only when they started from the same policy.
 
 Deviation: a policy trained on constrained replies only never sees the ``<think>`` block that unconstrained
 projection demands, so the warm start requires ``collect.constrained`` (checked by ``RunConfig.check``).

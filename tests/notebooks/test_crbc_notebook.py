@@ -23,7 +23,6 @@ from nbclient import NotebookClient
 from agentjax.credit import batched_grpo, batched_rloo
 from experiments.crbc import credit_analysis as ca
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "crbc_credit_analysis.ipynb"
 

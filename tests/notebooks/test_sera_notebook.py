@@ -17,7 +17,6 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "sera_rubrics.ipynb"
 

@@ -31,7 +31,6 @@ from agentjax.train.loop import make_pool
 from agentjax.train.sero import SeroBranch
 from experiments.sero import reachability as ra
 
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "sero_reachability.ipynb"
 CACHE_OPTIONS = {"jax_compilation_cache_dir": None, "jax_persistent_cache_min_compile_time_secs": 0.0}
