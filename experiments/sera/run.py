@@ -13,7 +13,7 @@
 
 The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``): ``results/tiny_results.md`` /
 ``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
-difference to GRPO; :mod:`experiments.crbc.report`), ``results/tiny_shape.md`` (what the agents did per batch:
+difference to GRPO; :mod:`experiments.crbc.report`; below the table, what each run started from: :func:`starts_section`), ``results/tiny_shape.md`` (what the agents did per batch:
 turns, nodes, delegation, invalid replies, child label rate) and ``results/example_tree.txt`` /
 ``example_tree_sera.txt``, one tree of the last RAO / SERA batch as text (``agentjax trees --run <run dir>``
 prints any saved tree).
@@ -207,6 +207,39 @@ def example_tree(runs: Runs, path: str, method_wanted: str = "rao") -> str | Non
     return None
 
 
+def start_label(out_dir: str) -> str:
+    """What a run's RL started from, in words: its ``initial_policy.json`` record (the warm start's weights hash, a
+    checkpoint, a random init's seed), or that the run has none (it predates the record)."""
+    path = os.path.join(out_dir, "initial_policy.json")
+    if not os.path.exists(path):
+        return "no record (made before runs recorded their start)"
+    with open(path) as f:
+        record = json.load(f)
+    if record.get("source") == "warm_start":
+        cpu = (record.get("built_with") or {}).get("cpu_model")
+        return f"warm start `{str(record.get('weights_sha256'))[:12]}`" + (f", built on {cpu}" if cpu else "")
+    if record.get("source") == "random":
+        return f"random init, seed {record.get('seed')}"
+    return f"checkpoint {record.get('path')}"
+
+
+def starts_section(runs: Runs) -> str:
+    """Per method, which seeds started from which policy (:func:`start_label`): a warm start is rebuilt per machine
+    type (agentjax/train/warmstart.py, "Reproducibility"), so seeds run on different machines may start apart; each
+    run's gain is measured from its own start."""
+    lines = ["What each run started from (each gain is from the run's own update-0 evaluation; a warm start is "
+             "rebuilt per machine type, agentjax/train/warmstart.py):", ""]
+    for method in dict.fromkeys(m for m, _ in runs):
+        by_label: dict[str, list[int]] = {}
+        for (m, seed), run in sorted(runs.items(), key=lambda kv: kv[0][1]):
+            if m == method:
+                by_label.setdefault(start_label(run.out_dir), []).append(seed)
+        parts = [f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: {label}"
+                 for label, seeds in by_label.items()]
+        lines.append(f"- {method}: " + "; ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
 def finished(runs: Runs) -> Runs:
     """The runs whose last evaluation is at or past their last optimizer step (a tree run's eval files count batches
     drawn, skipped ones too); a run still training, or not started, is left out of the tables and named."""
@@ -234,6 +267,10 @@ def report(runs: Runs, folder: str, name: str) -> dict:
               "Mean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE; with one seed there is no "
               f"SE. Made by `{command}`; what is matched between the arms: experiments/sera/presets.py.\n\n")
     table = write_report(runs, folder, name, header, threshold_method="grpo")
+    starts = starts_section(runs)
+    with open(os.path.join(folder, f"{name}_results.md"), "a") as f:
+        f.write("\n" + starts)
+    print(starts)
     shape = shape_table(runs)
     with open(os.path.join(folder, f"{name}_shape.md"), "w") as f:
         f.write(f"# What the agents did per batch ({name}; mean over batches, ± SE over seeds)\n\n" + shape)
@@ -318,4 +355,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["EVAL_SPLIT", "cost_table", "main", "report", "run_search", "search_table", "shape_table"]
+__all__ = ["EVAL_SPLIT", "cost_table", "main", "report", "run_search", "search_table", "shape_table",
+           "start_label", "starts_section"]

@@ -162,3 +162,28 @@ def test_the_report_leaves_out_runs_still_training(tmp_path, capsys):
             ("rao", 2): tiny_run("rao", 2).replace(out_dir=str(tmp_path / "none"))}
     assert list(finished(runs)) == [("rao", 0)]
     assert "rao seed 1" in capsys.readouterr().out
+
+
+def test_the_report_says_what_each_run_started_from(tmp_path):
+    """Seeds run on machines of different types start from different builds of one warm start: the report names each
+    run's start from its initial_policy.json, grouping seeds that share one, and says where a run has no record."""
+    from experiments.sera.run import start_label, starts_section
+
+    def run(seed, record):
+        out = tmp_path / f"seed{seed}"
+        out.mkdir()
+        if record is not None:
+            (out / "initial_policy.json").write_text(json.dumps(record))
+        return tiny_run("sera_exec", seed).replace(out_dir=str(out))
+
+    warm = {"source": "warm_start", "key": "k", "weights_sha256": "5367b6ea1fafe5949f1e", "built_with":
+            {"cpu_model": "Intel(R) Xeon(R) Processor"}}
+    runs = {("sera_exec", 0): run(0, None), ("sera_exec", 1): run(1, warm), ("sera_exec", 2): run(2, warm),
+            ("rao", 0): tiny_run("rao", 0).replace(out_dir=str(tmp_path / "seed3"))}
+    (tmp_path / "seed3").mkdir()
+    (tmp_path / "seed3" / "initial_policy.json").write_text(json.dumps({"source": "random", "seed": 0}))
+    assert start_label(str(tmp_path / "seed1")) == "warm start `5367b6ea1faf`, built on Intel(R) Xeon(R) Processor"
+    lines = starts_section(runs).splitlines()
+    assert lines[2] == ("- sera_exec: seed 0: no record (made before runs recorded their start); seeds 1, 2: warm "
+                        "start `5367b6ea1faf`, built on Intel(R) Xeon(R) Processor")
+    assert lines[3] == "- rao: seed 0: random init, seed 0"
