@@ -13,10 +13,10 @@
 
 The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``): ``results/tiny_results.md`` /
 ``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
-difference to GRPO; :mod:`experiments.crbc.report`; below the table, what each run started from: :func:`starts_section`), ``results/tiny_shape.md`` (what the agents did per batch:
-turns, nodes, delegation, invalid replies, child label rate) and ``results/example_tree.txt`` /
-``example_tree_sera.txt``, one tree of the last RAO / SERA batch as text (``agentjax trees --run <run dir>``
-prints any saved tree).
+difference to GRPO; :mod:`experiments.crbc.report`; below the table, what each run started from:
+:func:`starts_section`), ``results/tiny_shape.md`` (what the agents did per batch: turns, nodes, delegation, invalid
+replies, child label rate) and ``results/example_tree.txt`` / ``example_tree_sera.txt``, one tree of the last RAO /
+SERA batch as text (``agentjax trees --run <run dir>`` prints any saved tree).
 """
 
 from __future__ import annotations
