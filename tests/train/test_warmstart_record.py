@@ -22,9 +22,9 @@ def test_cpu_info_reads_the_model_and_the_avx512_flag(tmp_path):
     path.write_text(XEON)
     assert warmstart.cpu_info(str(path)) == {"cpu_model": "Intel(R) Xeon(R) Processor", "avx512": True}
     path.write_text(XEON.replace(" avx512f avx512dq", ""))
-    assert warmstart.cpu_info(str(path))["avx512"] is False  # avx2 only; avx512dq alone would not count either
+    assert warmstart.cpu_info(str(path))["avx512"] is False  # avx2 only
     path.write_text(XEON.replace("avx512f ", ""))
-    assert warmstart.cpu_info(str(path))["avx512"] is False
+    assert warmstart.cpu_info(str(path))["avx512"] is False  # avx512dq without the foundation flag does not count
 
 
 def test_cpu_info_is_none_where_nothing_is_known(tmp_path):
