@@ -111,11 +111,12 @@ def smoke_run(method: str, seed: int = 0, *, results: str = RESULTS) -> RunConfi
                                             cache_dir=os.path.join(results, "runs", "smoke", "warmstart", method)))
 
 
-def sync_run(seed: int = 0, *, method: str = "rao", results: str = RESULTS, updates: int = 4) -> RunConfig:
+def sync_run(seed: int = 0, *, method: str = "rao", results: str = RESULTS, updates: int = 5) -> RunConfig:
     """TextWorld-Sync's tiny run of a tree arm of :data:`ARMS` (default RAO): the tiny tree preset (2 tasks × 4
     trees, 20 turns a node, the released training budget of 100 shared world steps a tree; evaluation with each
-    task's own budget on 8 validation tasks × 2 trees), ``updates`` optimizer steps, its base method's own
-    planner-tree warm start on TextWorld-Sync."""
+    task's own budget on 8 validation tasks × 2 trees), ``updates`` optimizer steps (5 by default: one cycle of
+    SERA's 3 : 1 : 1, so each of its stages steps once), its base method's own planner-tree warm start on
+    TextWorld-Sync."""
     if method not in ARMS:
         raise ValueError(f"the TextWorld-Sync run trains a tree arm of {tuple(ARMS)}, not {method!r}")
     base, stages = ARMS[method]

@@ -294,8 +294,9 @@ def report(runs: Runs, folder: str, name: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--methods", nargs="+", choices=METHODS, help=f"default: {' '.join(METHODS)} (--sync: rao)")
+    parser.add_argument("--seeds", nargs="+", type=int, help=f"default: {' '.join(map(str, SEEDS))} (--smoke, "
+                        "--sync: 0)")
     parser.add_argument("--updates", type=int, help="override the preset's number of optimizer steps")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
     parser.add_argument("--smoke", action="store_true", help="2 updates from a tiny warm start, seed 0")
@@ -310,25 +311,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
     args = parser.parse_args(argv)
-    compile_cache(args.results)
     if args.smoke:
-        seeds = args.seeds if args.seeds != list(SEEDS) else [0]
-        runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods for s in seeds}
+        runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods or METHODS
+                for s in args.seeds or [0]}
         name, folder = "smoke", os.path.join(args.results, "runs", "smoke")
     elif args.sync:
-        seeds = args.seeds if args.seeds != list(SEEDS) else [0]
-        methods = args.methods if args.methods != list(METHODS) else ["rao"]
         runs = {(m, s): sync_run(s, method=m, results=args.results,
-                                 **({"updates": args.updates} if args.updates else {})) for s in seeds for m in methods}
+                                 **({"updates": args.updates} if args.updates else {}))
+                for s in args.seeds or [0] for m in args.methods or ["rao"]}
         name, folder = "sync", args.results
     else:  # seed by seed: every method has its seed 0 before any seed 1
-        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds
-                for m in args.methods}
+        runs = {(m, s): tiny_run(m, s, results=args.results, updates=args.updates) for s in args.seeds or SEEDS
+                for m in args.methods or METHODS}
         name, folder = args.name, args.results
     if args.dry_run:
         for (m, s), run in runs.items():
             print(f"{m} seed {s}: {run.updates} optimizer steps, eval {run.evaluation_split} -> {run.out_dir}")
         return 0
+    compile_cache(args.results)
     if not args.report_only:
         run_all(runs, args.jobs)
     report(runs, folder, name)

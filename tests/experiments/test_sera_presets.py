@@ -43,6 +43,7 @@ def test_the_arms_are_matched():
     sera_sync.check()
     assert sera_sync.train.model == sync_run().train.model and sera_sync.tree == sync_run().tree
     assert sera_sync.train.credit.stages == (3, 1, 1) and sera_sync.out_dir.endswith(os.path.join("sera", "seed0"))
+    assert sera_sync.updates == sum(sera_sync.train.credit.stages) == sync_run().updates  # each SERA stage steps once
     with pytest.raises(ValueError, match="tree arm"):
         sync_run(method="grpo")
 
@@ -187,3 +188,18 @@ def test_the_report_says_what_each_run_started_from(tmp_path):
     assert lines[2] == ("- sera_exec: seed 0: no record (made before runs recorded their start); seeds 1, 2: warm "
                         "start `5367b6ea1faf`, built on Intel(R) Xeon(R) Processor")
     assert lines[3] == "- rao: seed 0: random init, seed 0"
+
+
+def test_dry_run_lists_the_asked_seeds_and_methods(tmp_path, capsys):
+    """--seeds 0 1 2 is three seeds in every mode (it once read as "the default", one seed, under --sync)."""
+    from experiments.sera.run import main
+
+    def listed(*argv):
+        assert main([*argv, "--dry-run", "--results", str(tmp_path)]) == 0
+        return [line.split(":")[0] for line in capsys.readouterr().out.splitlines() if "optimizer steps" in line]
+
+    assert listed("--sync", "--seeds", "0", "1", "2", "--methods", "rao", "sera") == [
+        f"{m} seed {s}" for s in (0, 1, 2) for m in ("rao", "sera")]
+    assert listed("--sync") == ["rao seed 0"]
+    assert listed("--seeds", "1", "--methods", "sera_exec") == ["sera_exec seed 1"]
+    assert len(listed()) == 3 * 7 and listed("--smoke", "--methods", "rao") == ["rao seed 0"]
