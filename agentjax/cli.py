@@ -219,12 +219,13 @@ def _train(argv: Sequence[str]) -> int:
         return 0
     import logging
 
+    from agentjax.train.checkpoint import RunFolderBusy
     from agentjax.train.loop import train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         summary = train(run, resume=args.resume)
-    except FileExistsError as e:
+    except (FileExistsError, RunFolderBusy) as e:
         return _fail(prog, e)
     summary.pop("params", None)
     print(json.dumps(summary, indent=1, default=str))

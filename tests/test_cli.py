@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import time
 
@@ -298,3 +299,11 @@ def test_one_rao_update_through_the_command_line(capsys, tmp_path):
     assert summary["optimizer_steps"] == 1 and summary["last"]["schedule/step"] == 1
     assert math.isfinite(summary["last"]["train/loss"]) and summary["last"]["tree/rows"] >= 2
     assert main(["trees", "--run", str(tmp_path)]) == 0 and "tree 0 of task" in capsys.readouterr().out
+
+
+def test_a_run_folder_another_process_trains_is_refused(capsys, tmp_path):
+    from agentjax.train.checkpoint import run_folder_lock
+
+    with run_folder_lock(str(tmp_path)):
+        code, _, err = run_cli(capsys, *BASE, "--out-dir", str(tmp_path))
+    assert code == 2 and f"{tmp_path} is being trained by pid {os.getpid()}" in err

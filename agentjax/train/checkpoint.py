@@ -20,15 +20,25 @@ reported with a :class:`CorruptCheckpointWarning` naming its folder, and the pre
 step restores, the failed newer ones are moved to ``<directory>/corrupt/`` (kept for inspection, out of the way
 of the steps the resumed run will save again). If no step restores — e.g. the state's structure changed because
 the config did — nothing is moved and :class:`CheckpointError` lists every step's error.
+
+One trainer per run folder: :func:`run_folder_lock` holds ``<out_dir>/.train.lock`` (``fcntl.flock``, released by
+the OS when the process ends, however it ends) while a run trains, so a second process started on the same folder
+(a resumed run launched twice, two experiment drivers racing) stops with an error naming the holder instead of
+interleaving its checkpoints, metrics and evaluations with the first's; :func:`being_trained` asks without waiting.
+In a multi-host run, JAX process 0 takes it for all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
+import socket
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -219,3 +229,56 @@ class Checkpointer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# -- one trainer per run folder ---------------------------------------------------------------------------------------
+LOCK = ".train.lock"
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is training into the same run folder."""
+
+
+def _try_lock(out_dir: str) -> tuple[Any, str]:
+    """``(open lock file, "")`` with the lock held, or ``(None, holder)`` when another open file holds it."""
+    os.makedirs(out_dir, exist_ok=True)
+    f = open(os.path.join(out_dir, LOCK), "a+")  # noqa: SIM115 - held for the caller's with-block
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        return None, holder or "a process"
+    return f, ""
+
+
+@contextlib.contextmanager
+def run_folder_lock(out_dir: str) -> Iterator[None]:
+    """Hold ``out_dir``'s trainer lock for the with-block (module docstring); :class:`RunFolderBusy` names the
+    holder when another process (or another open of the lock in this one) has it."""
+    if jax.process_index() != 0:
+        yield
+        return
+    f, holder = _try_lock(out_dir)
+    if f is None:
+        raise RunFolderBusy(f"{out_dir} is being trained by {holder}; wait for that run to end (it resumes from its "
+                            "checkpoints if stopped), or give this run another out_dir")
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()  # closing the file releases the lock
+
+
+def being_trained(out_dir: str) -> bool:
+    """Whether a process holds ``out_dir``'s trainer lock now (no waiting; a folder without one is free)."""
+    if not os.path.exists(os.path.join(out_dir, LOCK)):
+        return False
+    f, _ = _try_lock(out_dir)
+    if f is not None:
+        f.close()
+    return f is None

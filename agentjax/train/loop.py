@@ -53,7 +53,7 @@ from agentjax.parallel.rules import activation_sharding
 from agentjax.rollout.collect import run_episodes, to_step_batch
 from agentjax.rollout.stats import summarize
 from agentjax.train.advantages import compute_advantages
-from agentjax.train.checkpoint import Checkpointer
+from agentjax.train.checkpoint import Checkpointer, run_folder_lock
 from agentjax.train.config import OptimizerConfig
 from agentjax.train.eval import eval_key, evaluate
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
@@ -328,11 +328,18 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
     """Train ``run`` (module docstring). ``stop_after`` ends this call after that many updates (as an interruption
     would, after the update's checkpoint if one was due). Returns a summary: ``out_dir``, ``step``,
     ``resumed_from``, ``last`` (the last metrics line), ``last_eval``, ``seconds_per_update``. A tree method's run
-    (RAO: ``run.tree``) trains with :func:`agentjax.train.tree_loop.train_trees`."""
-    if run.tree is not None:
-        from agentjax.train.tree_loop import train_trees
+    (RAO: ``run.tree``) trains with :func:`agentjax.train.tree_loop.train_trees`. One trainer at a time per
+    ``out_dir`` (:func:`~agentjax.train.checkpoint.run_folder_lock`: a second one raises ``RunFolderBusy``)."""
+    with run_folder_lock(run.out_dir):
+        if run.tree is not None:
+            from agentjax.train.tree_loop import train_trees
 
-        return train_trees(run, resume=resume, stop_after=stop_after)
+            return train_trees(run, resume=resume, stop_after=stop_after)
+        return _train_flat(run, resume=resume, stop_after=stop_after)
+
+
+def _train_flat(run: RunConfig, *, resume: bool, stop_after: int | None) -> dict[str, Any]:
+    """:func:`train` of a flat (one agent per episode) run, the folder's lock held."""
     t = setup(run, resume=resume)
     cfg, ro = run.train, run.train.rollout
     start = int(t.state.step)

@@ -228,3 +228,16 @@ def test_the_pool_report_tabulates_the_held_out_series_beside(tmp_path):
     saved = json.load(open(tmp_path / "pool_results.json"))
     assert saved["results"]["crbc"]["gain"]["mean"] == 1.0 and saved["held_out"]["grpo"]["gain"]["mean"] == -0.5
     assert (tmp_path / "pool_curves.png").stat().st_size > 10_000
+
+
+def test_run_all_leaves_a_run_another_process_is_training(tmp_path, capsys):
+    """Two drivers on one results folder: the second skips the run the first is training (its folder's lock) instead
+    of training it again into the same files."""
+    from agentjax.train.checkpoint import run_folder_lock
+    from experiments.crbc.run import run_all
+
+    run = tiny_run("grpo", 0).replace(out_dir=str(tmp_path / "grpo"))
+    with run_folder_lock(run.out_dir):
+        run_all({("grpo", 0): run}, jobs=2)
+    assert "grpo seed 0: being trained by another process: left to it" in capsys.readouterr().out
+    assert os.listdir(run.out_dir) == [".train.lock"]  # nothing started: no warm start, no run_config.json

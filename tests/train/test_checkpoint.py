@@ -178,3 +178,37 @@ def test_fingerprint_sees_every_bit_and_position():
     assert fingerprint(tree | {"b": jnp.array([0, 2, 1], jnp.int32)})["['b']"] != base["['b']"]
     assert fingerprint(tree | {"c": jnp.array([1, 2], jnp.bfloat16)})["['c']"] != base["['c']"]
     assert fingerprint(tree | {"d": jnp.array(False)})["['d']"] != base["['d']"]
+
+
+def test_one_trainer_per_run_folder(tmp_path):
+    """The run-folder lock: a second holder is refused with the first's pid, the lock is free after the with-block,
+    and a process killed while holding it (SIGKILL: no clean-up runs) leaves it free."""
+    import signal
+    import subprocess
+    import sys
+
+    from agentjax.train.checkpoint import RunFolderBusy, being_trained, run_folder_lock
+
+    out = str(tmp_path / "run")
+    assert not being_trained(out)
+    with run_folder_lock(out):
+        assert being_trained(out)
+        with pytest.raises(RunFolderBusy, match=rf"{out} is being trained by pid {os.getpid()} .*another out_dir"):
+            with run_folder_lock(out):
+                pass
+    assert not being_trained(out)
+    with run_folder_lock(out):  # and it can be taken again
+        pass
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom agentjax.train.checkpoint import "
+                              f"run_folder_lock\nwith run_folder_lock({out!r}):\n print('held', flush=True)\n"
+                              " time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        assert being_trained(out)
+        with pytest.raises(RunFolderBusy, match=f"pid {child.pid} "):
+            with run_folder_lock(out):
+                pass
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert not being_trained(out)
