@@ -255,10 +255,7 @@ def report(runs: Runs, folder: str, name: str) -> dict:
         raise SystemExit("no finished run to report")
     some = runs.get(("rao", 0)) or next(iter(runs.values()))
     ro = some.train.rollout
-    seeds = sorted({s for _, s in runs})
-    command = "python experiments/sera/run.py" + {"smoke": " --smoke", "sync": " --sync"}.get(
-        name, "" if name == "tiny" else f" --methods {' '.join(dict.fromkeys(m for m, _ in runs))} --name {name}"
-        + ("" if seeds == list(SEEDS) else f" --seeds {' '.join(map(str, seeds))}"))
+    command = report_command(runs, name)
     header = (f"# SERA tiny experiment: {' vs '.join(dict.fromkeys(m for m, _ in runs))} on {some.env}, "
               f"{some.train.model.arch.name} with the Qwen tokenizer ({ro.num_groups} root tasks x {ro.group_size} "
               f"rollouts a batch, {some.updates} optimizer steps; eval: first {some.eval_tasks} "
@@ -290,6 +287,18 @@ def report(runs: Runs, folder: str, name: str) -> dict:
     if tree:
         print(tree[:3000])
     return table
+
+
+def report_command(runs: Runs, name: str) -> str:
+    """The ``run.py`` command line that trains (or, finished, reports) ``runs`` under report ``name``: the mode's
+    flag, then the methods and seeds where they are not the mode's defaults."""
+    methods, seeds = list(dict.fromkeys(m for m, _ in runs)), sorted({s for _, s in runs})
+    flag = {"smoke": " --smoke", "sync": " --sync", "tiny": ""}.get(name, f" --name {name}")
+    default_methods = ["rao"] if name == "sync" else list(METHODS)
+    default_seeds = [0] if name in ("smoke", "sync") else list(SEEDS)
+    return ("python experiments/sera/run.py" + flag
+            + ("" if methods == default_methods else f" --methods {' '.join(methods)}")
+            + ("" if seeds == default_seeds else f" --seeds {' '.join(map(str, seeds))}"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,5 +364,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["EVAL_SPLIT", "cost_table", "main", "report", "run_search", "search_table", "shape_table",
-           "start_label", "starts_section"]
+__all__ = ["EVAL_SPLIT", "cost_table", "main", "report", "report_command", "run_search", "search_table",
+           "shape_table", "start_label", "starts_section"]

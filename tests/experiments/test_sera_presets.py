@@ -203,3 +203,20 @@ def test_dry_run_lists_the_asked_seeds_and_methods(tmp_path, capsys):
     assert listed("--sync") == ["rao seed 0"]
     assert listed("--seeds", "1", "--methods", "sera_exec") == ["sera_exec seed 1"]
     assert len(listed()) == 3 * 7 and listed("--smoke", "--methods", "rao") == ["rao seed 0"]
+
+
+def test_the_report_names_the_command_that_made_it():
+    from experiments.sera.run import report_command
+
+    def runs(methods, seeds):
+        return {(m, s): None for s in seeds for m in methods}
+
+    assert report_command(runs(["rao"], [0]), "sync") == "python experiments/sera/run.py --sync"
+    assert report_command(runs(["rao", "sera"], [0, 1, 2]), "sync") == (
+        "python experiments/sera/run.py --sync --methods rao sera --seeds 0 1 2")
+    assert report_command(runs(["rao", "grpo", "rao_d", "sera", "sera_wo_d", "sera_wo_rt", "sera_exec"], [0, 1, 2]),
+                          "tiny") == "python experiments/sera/run.py"
+    assert report_command(runs(["rao", "rao_d"], [0, 1, 2]), "arms") == (
+        "python experiments/sera/run.py --name arms --methods rao rao_d")
+    assert report_command(runs(["sera"], [1]), "arms") == (
+        "python experiments/sera/run.py --name arms --methods sera --seeds 1")
