@@ -52,7 +52,8 @@ Runs = dict[tuple[str, int], RunConfig]
 SHAPE = (("turns a batch", "tree/turns", "rollout/num_turns"), ("nodes a tree", "tree/nodes", None),
          ("trees that delegate", "tree/delegating_trees", None), ("child label rate", "tree/child_success", None),
          ("invalid replies", "tree/invalid", "rollout/invalid_rate"),
-         ("training success", "tree/root_success", "rollout/success_rate"))
+         ("training success", "tree/root_success", "rollout/success_rate"),
+         ("grades agreeing with the verifier", "grade/agreement", None))
 
 
 def shape_table(runs: Runs) -> str:
@@ -67,7 +68,8 @@ def shape_table(runs: Runs) -> str:
                 if m != method or not os.path.exists(path):
                     continue
                 key = tree_key if run.tree is not None else flat_key
-                values = [x[key] for x in read_metrics(path) if key is not None and key in x]
+                values = [x[key] for x in read_metrics(path) if key is not None and key in x
+                          and (key != "grade/agreement" or x.get("grade/requests"))]  # batches that graded
                 if values:
                     per_seed.append(float(np.mean(values)))
             cells.append(_mean_se(per_seed))
@@ -186,6 +188,42 @@ def search_table(runs: Runs, candidates: int) -> str:
     return "\n".join(rows) + "\n"
 
 
+def grade_table(runs: Runs) -> str | None:
+    """How the policy graded the delegated children of the training trees each SERA run saved (``trees/<batch>.json``,
+    ``tree.saved_trees`` trees a batch; forks' branches left out), against the verifier's label: the children per
+    (label, what the child's rubric reward was), pooled over seeds. None when no run saved a graded child (RAO, or
+    run folders copied without their trees)."""
+    from agentjax.train.tree_loop import load_trees, saved_tree_files
+
+    kinds = ("graded success", "graded failure", "not finished (0, no call)", "no score")
+    counts: dict[str, dict[tuple[int, str], int]] = {}
+    scores: dict[str, dict[int, list[float]]] = {}
+    for (method, _), run in runs.items():
+        if run.rubric_collect is None or not os.path.isdir(os.path.join(run.out_dir, "trees")):
+            continue
+        for step in saved_tree_files(run.out_dir)["train"]:
+            for tree in load_trees(run.out_dir, step)[1]:
+                for node in tree.nodes[1:] if tree.fork is None else ():
+                    if node.label is None:
+                        continue
+                    kind = (kinds[0] if node.grade.success else kinds[1]) if node.grade is not None else \
+                        kinds[2] if node.score == 0.0 else kinds[3]
+                    by = counts.setdefault(method, {})
+                    by[int(node.label), kind] = by.get((int(node.label), kind), 0) + 1
+                    if node.score is not None:
+                        scores.setdefault(method, {}).setdefault(int(node.label), []).append(node.score)
+    if not counts:
+        return None
+    rows = ["| method | verifier label | " + " | ".join(kinds) + " | mean rubric reward |", "|---" * 7 + "|"]
+    for method, by in counts.items():
+        for label in (1, 0):
+            rewards = scores.get(method, {}).get(label, [])
+            rows.append(f"| {method} | {'success' if label else 'failure'} | "
+                        + " | ".join(str(by.get((label, k), 0)) for k in kinds)
+                        + (f" | {np.mean(rewards):.2f} |" if rewards else " | — |"))
+    return "\n".join(rows) + "\n"
+
+
 def example_tree(runs: Runs, path: str, method_wanted: str = "rao") -> str | None:
     """The first tree of the last saved batch of the first run of ``method_wanted`` that has one, as text, to
     ``path``."""
@@ -279,6 +317,16 @@ def report(runs: Runs, folder: str, name: str) -> dict:
                 "SERA: rubric steps), the other labels are diagnostics (SERA's grade agreement). Rubric and grading "
                 "calls are the policy's own batched generate calls. A flat run has none.\n\n" + cost)
     print(shape + "\n" + cost)
+    grades = grade_table(runs)
+    if grades:
+        with open(os.path.join(folder, f"{name}_grades.md"), "w") as f:
+            f.write(f"# The policy's grades against the verifier ({name}; delegated children of the saved training "
+                    "trees, pooled over seeds)\n\nA SERA child's execution reward is its grade's final score: a child "
+                    "graded a success earns up to 1 whatever the verifier says; one that did not finish scores 0 "
+                    "without a grading call; one without a rubric or a parsable grade leaves the gradient. Each run "
+                    f"saved {some.tree.saved_trees} trees a batch (`trees/`, not committed: made again by the "
+                    "report on the machine that has the run folders).\n\n" + grades)
+        print(grades)
     tree = example_tree(runs, os.path.join(folder, "example_tree.txt" if name == "tiny" else f"{name}_tree.txt"))
     if tree:
         print(tree[:3000])
@@ -364,5 +412,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["EVAL_SPLIT", "cost_table", "main", "report", "report_command", "run_search", "search_table",
-           "shape_table", "start_label", "starts_section"]
+__all__ = ["EVAL_SPLIT", "cost_table", "grade_table", "main", "report", "report_command", "run_search",
+           "search_table", "shape_table", "start_label", "starts_section"]

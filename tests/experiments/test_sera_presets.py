@@ -220,3 +220,34 @@ def test_the_report_names_the_command_that_made_it():
         "python experiments/sera/run.py --name arms --methods rao rao_d")
     assert report_command(runs(["sera"], [1]), "arms") == (
         "python experiments/sera/run.py --name arms --methods sera --seeds 1")
+
+
+def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkeypatch):
+    """Children of main trees only (a fork tree's left out), unlabelled ones skipped; a child graded a success earns
+    its score whatever its label, one that did not finish scores 0 without a grade; pooled over seeds."""
+    import types
+
+    from agentjax.train import tree_loop
+    from experiments.sera.run import grade_table
+
+    def child(label, success=None, score=None):
+        grade = None if success is None else types.SimpleNamespace(success=success)
+        return types.SimpleNamespace(label=label, grade=grade, score=score)
+
+    root = types.SimpleNamespace(label=None, grade=None, score=None)
+    trees = {0: [types.SimpleNamespace(fork=None, nodes=[root, child(1.0, True, 1.0), child(0.0, True, 0.8),
+                                                         child(0.0, None, 0.0), child(None, True, 1.0)]),
+                 types.SimpleNamespace(fork=(0, 1, 1), nodes=[root, child(0.0, False, 0.0)])],
+             1: [types.SimpleNamespace(fork=None, nodes=[root, child(0.0, True, 1.0), child(1.0)])]}
+    runs = {}
+    for seed in (0, 1):
+        run = sync_run(seed, method="sera", results=str(tmp_path))
+        os.makedirs(os.path.join(run.out_dir, "trees"))
+        runs["sera", seed] = run
+    runs["rao", 0] = sync_run(0, results=str(tmp_path))  # no rubrics: not in the table
+    monkeypatch.setattr(tree_loop, "saved_tree_files", lambda out: {"train": [3], "eval": []})
+    monkeypatch.setattr(tree_loop, "load_trees", lambda out, step: ({}, trees[int(out[-1])]))
+    table = grade_table(runs).splitlines()
+    assert table[2] == "| sera | success | 1 | 0 | 0 | 1 | 1.00 |"
+    assert table[3] == "| sera | failure | 2 | 0 | 1 | 0 | 0.60 |" and len(table) == 4
+    assert grade_table({("rao", 0): runs["rao", 0]}) is None
