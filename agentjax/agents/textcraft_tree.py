@@ -156,6 +156,10 @@ class TextCraftTreeWorld:
             return None
         return planned.replies[turn]
 
+    def finish_reply(self) -> str:
+        """The reply that finishes a node with the configured message (the constrained decoder's finish)."""
+        return _code(format_call("finish", self.config.finish_message))
+
     def admissible(self, tree: Tree, node: Node) -> list[str]:
         """For constrained decoding: the planner's next craft toward the node's goal, view_inventory, finish and,
         while the node may delegate, a launch of each ingredient of its targets still short; with
@@ -164,7 +168,7 @@ class TextCraftTreeWorld:
         inventory = self.world.inventory()
         wanted = {item: n + (node.start_state or {}).get(item, 0) for item, n in node.goal.targets.items()}
         steps = plan(self.book, inventory, wanted, allow_get=False)
-        replies = [_code(format_call("view_inventory")), _code(format_call("finish", self.config.finish_message))]
+        replies = [_code(format_call("view_inventory")), self.finish_reply()]
         crafts = [a for a in steps if isinstance(a, Craft)]
         if crafts:
             replies.append(_code(_craft_call(crafts[0])))

@@ -244,6 +244,11 @@ class TextWorldTreeWorld:
     def root_success(self, tree: Tree) -> bool:
         return self.world.won
 
+    def finish_reply(self) -> str:
+        """The reply that finishes a node with the configured message (the planner teacher's and the constrained
+        decoder's finish)."""
+        return f"<finish>{self.config.finish_message}</finish>"
+
     def admissible(self, tree: Tree, node: Node) -> list[str]:
         """For constrained decoding: the subtask planner's next command for the node's goal (the whole task when
         the goal names no dish nor ingredient; the inventory lookup when it would wait), the inventory lookup,
@@ -258,7 +263,7 @@ class TextWorldTreeWorld:
             todo = [d for d in (dishes if part is not None else s.dish_ids) if d not in s.eaten]
         replies = {f"<action>{'inventory' if command == planner.WAIT else command}</action>",
                    "<action>inventory</action>", "<action>look around</action>",
-                   f"<finish>{self.config.finish_message}</finish>"}
+                   self.finish_reply()}
         if tree.limits.can_delegate(node.depth) and todo:
             replies |= {_delegate([dish_goal([d])]) for d in todo} | {dish_delegation(todo, tree.limits.max_children)}
         return sorted(replies)
@@ -358,7 +363,7 @@ class SyncPlannerTeacher:
             part = None if root else scope(s, node.goal.text)
             dishes, ingredients = part if part is not None else (None, None)
             if planner.done(s, dishes, ingredients):
-                return f"<finish>{world.config.finish_message}</finish>"
+                return world.finish_reply()
             command = planner.next_command(s, agent, dishes, ingredients)
         return f"<action>{'inventory' if command == planner.WAIT else command}</action>"
 

@@ -133,6 +133,9 @@ class WarmStart:
     learning_rate: float = 1e-3
     seed: int = 0
     cache_dir: str | None = None  # default <out_dir>/warmstart
+    # SERA: also grade rows of children that finish before their subtask is done (agentjax.train.tree_warmstart), so
+    # the grader is shown failures too; off, every demonstrated grade is a planner child's success
+    failure_grades: bool = False
 
     def __post_init__(self):
         for name in ("episodes", "steps", "batch_size", "learning_rate"):

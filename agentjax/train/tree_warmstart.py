@@ -10,7 +10,12 @@ not exist or does not fit (base items missing, a reply longer than ``response_le
 
 A SERA run (:attr:`~agentjax.train.runconfig.RunConfig.rubric_collect`) adds each child's reference rubric and
 grade (:func:`~agentjax.agents.rubric.reference_rubric`, :func:`~agentjax.agents.rubric.reference_grade` of its
-verifier label) as rows of their own prompts, so the policy learns both formats before RL.
+verifier label) as rows of their own prompts, so the policy learns both formats before RL. A planner child always
+does its subtask, so every such grade is a success, and a grader taught only by them passes whatever finishes
+(on TextWorld-Sync it passed every finished child the judge failed: ``experiments/sera/results/sync_grades.md``).
+``WarmStart.failure_grades`` adds a second tree per task in which every delegated child finishes after ``id % 3``
+of the planner's turns (0-2), mostly before its subtask is done; the judge labels it and only its reference grade
+(a failure where the label is one) is kept as a row — its replies, and its parent's after it, teach nothing.
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
@@ -24,12 +29,13 @@ from __future__ import annotations
 
 import logging
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
+from agentjax.agents.tree import NO_PARENT
 from agentjax.models.constrain import constrained_choices
 from agentjax.rollout.tree_collect import run_trees
 from agentjax.train.runconfig import RunConfig
@@ -45,8 +51,10 @@ def _no_sampling(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("tree warm start: a teacher run samples nothing")
 
 
-def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
-    """The rows of the planner trees of ``tasks`` (one tree each); raises ValueError if one does not fit."""
+def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish: bool = False) -> list[Demo]:
+    """The rows of the planner trees of ``tasks`` (one tree each); raises ValueError if one does not fit. With
+    ``early_finish`` only the grade rows of the delegated children, each finishing after ``id % 3`` of the planner's
+    turns (module docstring)."""
     config = run.tree_collect.replace(trees_per_task=1)
     make_world = world_factory(run.env, run.env_kwargs, tokenizer=tokenizer,
                                max_reply_tokens=config.max_response_tokens)
@@ -55,6 +63,8 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
     admissible: dict[tuple[int, int, int], list[str]] = {}
 
     def teach(tree, node, world):
+        if early_finish and node.parent != NO_PARENT and len(node.turns) >= node.id % 3:
+            return world.finish_reply()
         reply = teacher(tree, node, world) if reads_world else teacher(tree, node)
         if config.masked_logp:
             admissible[(tree.group, node.id, len(node.turns))] = world.admissible(tree, node)
@@ -73,6 +83,9 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
                 cache[r] = list(tokenizer.encode(r, add_special_tokens=False))
         return [cache[r] for r in replies]
 
+    if early_finish:  # the children's grades only: their replies (and their parents' after them) are no lesson
+        return [_call_row(node.grade_call, config.masked_logp, stops, encoded) for tree in rollouts.trees
+                for node in tree.nodes[1:] if node.grade_call is not None]
     for tree in rollouts.trees:
         for node in tree.nodes:
             for turn in node.turns:
@@ -91,13 +104,26 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
                 rows.append((turn.prompt_ids.tolist(), response, choices))
             for call in (node.rubric_call, node.grade_call):  # SERA: the reference rubric and grade of a child
                 if call is not None:
-                    response = call.response_ids.tolist()
-                    choices = (constrained_choices(encoded(call.choices), stops, response)
-                               if config.masked_logp and call.choices is not None else None)
-                    if config.masked_logp and choices is None:
-                        raise ValueError("tree warm start: with collect.masked_logp SERA's rubrics and grades must "
-                                         "be constrained too (tree.rubric_choices=True)")
-                    rows.append((call.prompt_ids.tolist(), response, choices))
+                    rows.append(_call_row(call, config.masked_logp, stops, encoded))
+    return rows
+
+
+def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Callable[..., list[list[int]]]) -> Demo:
+    """The row of a reference rubric or grade call (with its constrained choices under ``masked_logp``)."""
+    response = call.response_ids.tolist()
+    choices = (constrained_choices(encoded(call.choices), stops, response)
+               if masked_logp and call.choices is not None else None)
+    if masked_logp and choices is None:
+        raise ValueError("tree warm start: with collect.masked_logp SERA's rubrics and grades must be constrained "
+                         "too (tree.rubric_choices=True)")
+    return call.prompt_ids.tolist(), response, choices
+
+
+def _grow_both(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
+    """The planner trees' rows, then (``WarmStart.failure_grades``, a SERA run) the early-finish trees' grade rows."""
+    rows = _grow(run, tasks, tokenizer)
+    if run.warm_start.failure_grades and run.rubric_collect is not None:
+        rows += _grow(run, tasks, tokenizer, early_finish=True)
     return rows
 
 
@@ -111,14 +137,14 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     for start in range(0, len(chosen), CHUNK):
         chunk = chosen[start:start + CHUNK]
         try:
-            rows += _grow(run, chunk, tokenizer)
+            rows += _grow_both(run, chunk, tokenizer)
             continue
         except ValueError as e:
             if "admissible replies" in str(e):
                 raise
         for task in chunk:  # one of the chunk has no planner tree that fits: find it
             try:
-                rows += _grow(run, [task], tokenizer)
+                rows += _grow_both(run, [task], tokenizer)
             except ValueError as e:
                 if "admissible replies" in str(e):
                     raise

@@ -194,7 +194,9 @@ def run_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
 def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
-    parts = [{k: v for k, v in vars(ws).items() if k != "cache_dir"}, dataclasses.asdict(run.train.model), run.env,
+    # failure_grades off: the key the warm starts built before that field existed have
+    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k != "failure_grades" or v)}
+    parts = [fields, dataclasses.asdict(run.train.model), run.env,
              run.env_kwargs,
              [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
               co.sampling.max_new_tokens, co.sampling.stop_token_ids], run.tokenizer]

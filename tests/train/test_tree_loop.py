@@ -280,3 +280,36 @@ def test_sera_warm_start_rows_teach_the_rubric_and_grade_formats(tmp_path):
         assert any(g in grade_choices(rubric) for g in grades)
     for _, response, choices in rows:  # every row is what the constrained decoder could emit
         assert all(t in c for t, c in zip(response, choices, strict=True))
+
+
+@pytest.mark.parametrize("env", ["textcraft_synth", "textworld_sync"])
+def test_failure_grades_show_the_grader_children_that_finished_undone(tmp_path, env):
+    """WarmStart.failure_grades adds, per task, the grade rows of an early-finish tree (every child finishes after
+    id % 3 of the planner's turns): failures among them (a planner tree has none) and no other row; off, the rows
+    and the cache key are those of before the field (the committed runs' key)."""
+    from agentjax.models import load_tokenizer
+    from agentjax.train.tree_warmstart import tree_demonstrations
+    from agentjax.train.warmstart import cache_key
+    from experiments.sera.presets import tiny_run
+
+    tokenizer = load_tokenizer()
+    ws = WarmStart(episodes=2, steps=1, batch_size=2)
+    run = preset("tiny", "sera", env).replace(out_dir=str(tmp_path), warm_start=ws)
+    with_failures = run.replace(warm_start=dataclasses.replace(ws, failure_grades=True))
+    rows, more = (tree_demonstrations(r, tokenizer) for r in (run, with_failures))
+    assert more[:len(rows)] == rows  # the planner trees' rows first, unchanged
+
+    def verdicts(rs):
+        texts = [tokenizer.decode(r[:-1]) for _, r, _ in rs]
+        return [json.loads(t)["success"] for t in texts if t.startswith('{"success"')], len(texts)
+
+    planner, _ = verdicts(rows)
+    extra, n_extra = verdicts(more[len(rows):])
+    assert planner and all(planner)  # a planner child always does its subtask
+    assert n_extra == len(extra) >= 2 and not all(extra) and False in extra  # grade rows only, failures among them
+    for _, response, choices in more[len(rows):]:
+        assert all(t in c for t, c in zip(response, choices, strict=True))
+    assert cache_key(with_failures) != cache_key(run)
+    record = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "sera", "results",
+                                         "runs", "tiny", "sera_exec", "seed1", "initial_policy.json")))
+    assert cache_key(tiny_run("sera_exec", 1)) == record["key"]  # the field left the existing warm starts' key
