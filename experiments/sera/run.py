@@ -38,6 +38,7 @@ from agentjax.train.runconfig import RunConfig  # noqa: E402
 from experiments.crbc.report import eval_outcomes, write_report  # noqa: E402
 from experiments.crbc.run import compile_cache, run_all  # noqa: E402
 from experiments.sera.presets import (  # noqa: E402
+    ALL_METHODS,
     EVAL_SPLIT,
     METHODS,
     RESULTS,
@@ -351,7 +352,7 @@ def report_command(runs: Runs, name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", nargs="+", choices=METHODS, help=f"default: {' '.join(METHODS)} (--sync: rao)")
+    parser.add_argument("--methods", nargs="+", choices=ALL_METHODS, help=f"default: {' '.join(METHODS)} (--sync: rao)")
     parser.add_argument("--seeds", nargs="+", type=int, help=f"default: {' '.join(map(str, SEEDS))} (--smoke, "
                         "--sync: 0)")
     parser.add_argument("--updates", type=int, help="override the preset's number of optimizer steps")

@@ -82,7 +82,7 @@ def test_pairwise_accuracy_by_hand():
 
 def test_the_ablation_arms_change_the_schedule_only():
     """SERA w/o D / w/o RT / execution-only and RAO + D (SERA Table 3) are their base arm with another stage cycle:
-    everything else, warm start included, is the base's."""
+    everything else, warm start included, is the base's (SERA with failure grades: all but the warm start)."""
     from agentjax.train.config import SERACredit
     from experiments.sera.presets import ARMS
 
@@ -91,7 +91,9 @@ def test_the_ablation_arms_change_the_schedule_only():
         assert run.train.credit.stages == stages and type(run.train.credit) is type(ref.train.credit)
         assert dataclasses.replace(run.train.credit, stages=ref.train.credit.stages) == ref.train.credit, arm
         assert run.train.replace(credit=ref.train.credit) == ref.train, arm
-        assert run.warm_start == ref.warm_start and run.tree == ref.tree and run.updates == ref.updates
+        failure_grades = arm == "sera_fg"  # its warm start adds failure grades (the test below)
+        assert run.warm_start == dataclasses.replace(ref.warm_start, failure_grades=failure_grades), arm
+        assert run.tree == ref.tree and run.updates == ref.updates
         assert run.out_dir.endswith(os.path.join(arm, "seed2"))
         run.check()
         smoke = smoke_run(arm)
@@ -251,3 +253,15 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
     assert table[2] == "| sera | success | 1 | 0 | 0 | 1 | 1.00 |"
     assert table[3] == "| sera | failure | 2 | 0 | 1 | 0 | 0.60 |" and len(table) == 4
     assert grade_table({("rao", 0): runs["rao", 0]}) is None
+
+
+def test_sera_fg_is_sera_with_failure_grades_in_its_warm_start():
+    from agentjax.train.warmstart import cache_key
+    from experiments.sera.presets import METHODS
+
+    for make in (lambda m: tiny_run(m, 1), lambda m: sync_run(1, method=m)):
+        fg, sera = make("sera_fg"), make("sera")
+        assert fg.warm_start.failure_grades and not sera.warm_start.failure_grades
+        assert fg.train == sera.train and fg.tree == sera.tree and fg.out_dir != sera.out_dir
+        assert cache_key(fg) != cache_key(sera)
+    assert "sera_fg" not in METHODS  # not among the default runs: the committed tables were made before it
