@@ -29,8 +29,8 @@ rubric and grade of every planner child to the planner trees' rows (its own cach
 :data:`ARMS` (SERA w/o D, w/o RT, execution-only, RAO + D) change the schedule only and share their base method's
 warm start.
 
-:func:`smoke_run` is the pipeline in a few minutes (tiny warm start, 2 updates); :func:`sync_run` is the
-TextWorld-Sync tiny RAO run (several agents on one shared world).
+:func:`smoke_run` is the pipeline in a few minutes (tiny warm start, 2 updates); :func:`sync_run` is a tree arm's
+TextWorld-Sync tiny run (several agents on one shared world).
 """
 
 from __future__ import annotations

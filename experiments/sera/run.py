@@ -1,11 +1,12 @@
-"""The SERA tiny experiments: RAO (recursive trees) vs flat GRPO on TextCraft-Synth, and a TextWorld-Sync RAO run.
+"""The SERA tiny experiments: RAO (recursive trees) vs flat GRPO and the SERA arms on TextCraft-Synth; the tree arms
+on TextWorld-Sync.
 
 ::
 
     python experiments/sera/run.py                       # RAO and GRPO, seeds 0-2 (presets.py: what is matched)
     python experiments/sera/run.py --methods rao --seeds 0
     python experiments/sera/run.py --sync                 # TextWorld-Sync: tiny RAO run, seed 0 (shared world)
-    python experiments/sera/run.py --sync --methods rao sera   # ... and SERA on it
+    python experiments/sera/run.py --sync --methods rao sera sera_fg --seeds 0 1 2   # ... SERA (with failure grades)
     python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
     python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
     python experiments/sera/run.py --methods sera --search 2   # + rubric-guided search on the last checkpoints
@@ -15,8 +16,9 @@ The report reads only the runs' files (``metrics.jsonl``, ``eval/<step>.json``):
 ``.json`` / ``tiny_curves.png`` (eval success ± SE over training seeds, gains paired episode by episode, RAO's paired
 difference to GRPO; :mod:`experiments.crbc.report`; below the table, what each run started from:
 :func:`starts_section`), ``results/tiny_shape.md`` (what the agents did per batch: turns, nodes, delegation, invalid
-replies, child label rate) and ``results/example_tree.txt`` / ``example_tree_sera.txt``, one tree of the last RAO /
-SERA batch as text (``agentjax trees --run <run dir>`` prints any saved tree).
+replies, child label rate, grade agreement), ``results/<name>_grades.md`` (the policy's grades against the verifier:
+:func:`grade_table`) and ``results/example_tree.txt`` / ``example_tree_sera.txt``, one tree of the last RAO / SERA
+batch as text (``agentjax trees --run <run dir>`` prints any saved tree).
 """
 
 from __future__ import annotations
