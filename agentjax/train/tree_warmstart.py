@@ -15,7 +15,8 @@ does its subtask, so every such grade is a success, and a grader taught only by 
 (on TextWorld-Sync it passed every finished child the judge failed: ``experiments/sera/results/sync_grades.md``).
 ``WarmStart.failure_grades`` adds a second tree per task in which every delegated child finishes after ``id % 3``
 of the planner's turns (0-2), mostly before its subtask is done; the judge labels it and only its reference grade
-(a failure wherever the judge failed the child) is kept as a row — its replies, and its parent's after it, teach nothing.
+(a failure wherever the judge failed the child) is kept as a row: its replies, and its parent's after it, teach
+nothing.
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
