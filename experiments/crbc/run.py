@@ -87,12 +87,11 @@ def run_in_process(run: RunConfig) -> int:
 def run_all(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
     from agentjax.train.checkpoint import being_trained
 
-    busy = {k for k, r in runs.items() if not finished(r) and being_trained(r.out_dir)}
-    todo = {k: r for k, r in runs.items() if not finished(r) and k not in busy}
+    state = {k: "done" if finished(r) else "being trained by another process: left to it"
+             if being_trained(r.out_dir) else "to run" for k, r in runs.items()}
+    todo = {k: r for k, r in runs.items() if state[k] == "to run"}
     for (label, seed), run in runs.items():
-        state = "done" if finished(run) else "being trained by another process: left to it" if (label, seed) in busy \
-            else "to run"
-        print(f"{label:>10} seed {seed}: {state} -> {run.out_dir}")
+        print(f"{label:>10} seed {seed}: {state[label, seed]} -> {run.out_dir}")
     if not todo:
         return
     shared = {r.warm_start.cache_dir for r in todo.values() if r.warm_start is not None}
