@@ -227,7 +227,8 @@ class TextWorldTreeWorld:
     # -- checks -------------------------------------------------------------------------------------------------------
     def judge_request(self, node: Node) -> JudgeRequest:
         state: WorldState = node.end_state if node.end_state is not None else self.world.snapshot()
-        agent = self.agent(node)
+        # a child cut at the turn cap before its first turn never joined the world: judged from where its parent stands
+        agent = self.agents.get(node.id) or self.agents[node.parent]
         lines = []
         for turn in node.turns:
             r = turn.reply

@@ -30,7 +30,7 @@ from agentjax.agents.textworld_tree import (
     parse_yes_no,
     sync_judge_messages,
 )
-from agentjax.agents.tree import Status, Tree, TreeLimits, render_tree
+from agentjax.agents.tree import Goal, Node, Status, Tree, TreeLimits, render_tree
 from agentjax.models import Finish, Qwen, QwenConfig, SampleOutput, Sampler, SamplingParams, load_tokenizer
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
 from agentjax.rollout.tree_collect import TreeCollectConfig, run_trees, to_tree_batch, tree_stats
@@ -384,3 +384,18 @@ def test_fork_branches_act_on_clones_of_the_shared_world(tokenizer):
     # roasted and sliced too, so both fail), the main world's child never took it
     assert "carrot is collected" in branch.judge_reason and "carrot is collected" not in child.judge_reason
     assert (child.label, branch.label) == (0.0, 0.0) and group.arrays()[2].all()
+
+
+def test_a_child_cut_before_its_first_turn_is_judged(planned):
+    """The turn cap cuts whatever still waits, children that never began included (rubric-guided search at
+    evaluation met one: it never joined the world, so it has no agent of its own); its judge request is rendered
+    from where its parent stands, with an empty trajectory."""
+    task = planned[0].trees[0].task
+    world, tree = TextWorldTreeWorld(task), Tree(task, 0, 0, 0, TreeLimits())
+    root = tree.add_root(world.root_goal())
+    root.intro = world.begin(root)
+    child = Node(id=1, parent=root.id, depth=1, goal=Goal(dish_goal(["dish_1"])), budget=20)
+    tree.nodes.append(child)
+    request = world.judge_request(child)
+    assert request.trajectory == "" and not request.finished
+    assert request.final_state == world.judge_request(root).final_state  # the root's view
