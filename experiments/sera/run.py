@@ -404,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                     "seeds; differences paired episode by episode. The last two columns say what search could "
                     "change: the share of searched children where a later candidate was committed (ties go to the "
                     "first), and the share whose committed candidate was verified against the share where any "
-                    "candidate was (the ceiling of a perfect grader). Made by `python experiments/sera/run.py --search "
-                    f"{args.search}`.\n\n" + table)
+                    "candidate was (the ceiling of a perfect grader). Made by "
+                    f"`{report_command(runs, name)} --search {args.search}`.\n\n" + table)
         print(table)
     print(json.dumps({f"{m}/seed{s}": r.out_dir for (m, s), r in runs.items()}, indent=1))
     return 0
