@@ -16,7 +16,9 @@ METHODS.md "SERA" 2–3; :mod:`agentjax.agents.rubric` has the formats, prompts 
   :func:`~agentjax.agents.rubric.grade_reward` under ``config.reading``) is SERA's execution reward of the child.
   A child without a rubric or whose grade does not parse (:func:`~agentjax.agents.rubric.parse_grade`) has no score
   and is dropped from the gradient (``grade/failures``). A child that did not finish scores 0 without a call when
-  ``config.require_finish`` (its rubric's gate cannot hold).
+  ``config.require_finish`` (its rubric's gate cannot hold); a run sets it as its env's judge does
+  (:attr:`~agentjax.train.runconfig.RunConfig.rubric_collect`: TextCraft-Synth on, TextWorld-Sync off, where a
+  child whose action ends the shared task never gets to finish and the released code grades every child).
 
 With a teacher playing the nodes (warm-start data; or ``RubricConfig.scripted``) nothing is sampled: the rubric is
 :func:`~agentjax.agents.rubric.reference_rubric` and the grade :func:`~agentjax.agents.rubric.reference_grade` of
@@ -82,7 +84,7 @@ class RubricConfig:
     min_criteria: int = MIN_CRITERIA
     max_criteria: int = MAX_CRITERIA
     max_context_chars: int = MAX_CONTEXT_CHARS
-    require_finish: bool = True  # a child that did not finish scores 0 without a grading call
+    require_finish: bool = True  # a child that did not finish scores 0 without a grading call (runs: as the judge)
     batch_bucket: int = 8
     constrained: bool = False  # choose among agents.rubric.rubric_choices / grade_choices (tiny policies)
     max_trie_edges: int = 8192

@@ -475,6 +475,28 @@ def find_run(path: str) -> tuple[str, int | None]:
     return path, step
 
 
+def saved_run(out_dir: str, step: int | None = None) -> RunConfig:
+    """The run config saved with the checkpoint ``step`` of ``out_dir`` (default the newest)."""
+    with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as probe:
+        steps = probe.steps()
+    if not steps:
+        raise FileNotFoundError(f"{out_dir}/{CHECKPOINTS} holds no checkpoint")
+    meta_path = os.path.join(out_dir, CHECKPOINTS, str(step if step is not None else steps[-1]), "meta", "metadata")
+    with open(meta_path) as f:
+        return run_from_dict(json.load(f)["metadata"]["run"])
+
+
+def restore_model(run: RunConfig, out_dir: str, step: int | None, tokenizer: Any, mesh: Any = None
+                  ) -> tuple[Qwen, int]:
+    """The policy of ``run``'s checkpoint ``step`` in ``out_dir`` (default the newest that restores) and its step."""
+    model = build_model(run.replace(warm_start=None), tokenizer, mesh)  # structure only: the checkpoint has the weights
+    like = init_state(run.train, model, jax.random.key(0), schedule=run.tree is not None)
+    with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as ckpt:
+        restored = ckpt.restore(step, like) if step is not None else ckpt.restore_latest(like)
+    sync_model(model, restored.state)
+    return model, restored.step
+
+
 def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None = None, seeds: int | None = None,
                         temperature: float | None = None, search: int | None = None,
                         grader: str = "policy") -> dict[str, Any]:
@@ -485,15 +507,7 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     checkpoint (``grader="policy"``) or by the run's initial policy — its warm start, or its starting weights —
     (``"initial"``: the paper's untrained-grader control)."""
     out_dir, found = find_run(path)
-    step = step if step is not None else found
-    with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as probe:
-        steps = probe.steps()
-    if not steps:
-        raise FileNotFoundError(f"{out_dir}/{CHECKPOINTS} holds no checkpoint")
-    meta_path = os.path.join(out_dir, CHECKPOINTS, str(step if step is not None else steps[-1]), "meta", "metadata")
-    with open(meta_path) as f:
-        saved = json.load(f)["metadata"]["run"]
-    run = run_from_dict(saved)
+    run = saved_run(out_dir, step if step is not None else found)
     changes: dict[str, Any] = {"eval_every": 1, "progress": False, "workers": 0}
     if tasks is not None:
         changes["eval_tasks"] = tasks
@@ -507,15 +521,10 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
         raise ValueError(f"grader is 'policy' or 'initial', got {grader!r}")
     run = run.replace(**changes)
     run.check()
-    spec = run.spec
-    eval_tasks = spec.tasks(run.evaluation_split)[:run.eval_tasks]
+    eval_tasks = run.spec.tasks(run.evaluation_split)[:run.eval_tasks]
     tokenizer = load_tokenizer(run.tokenizer)
     mesh = make_mesh(*run.mesh) if run.mesh else None
-    model = build_model(run.replace(warm_start=None), tokenizer, mesh)  # structure only: the checkpoint has the weights
-    like = init_state(run.train, model, jax.random.key(0), schedule=run.tree is not None)
-    with Checkpointer(os.path.join(out_dir, CHECKPOINTS)) as ckpt:
-        restored = ckpt.restore(step, like) if step is not None else ckpt.restore_latest(like)
-    sync_model(model, restored.state)
+    model, restored_step = restore_model(run, out_dir, step, tokenizer, mesh)
     if run.tree is not None:  # root success of the trees
         from agentjax.train.tree_loop import evaluate_trees
 
@@ -532,10 +541,10 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
                               eval_key(run.train.seed), task_indices=range(len(eval_tasks)))
         finally:
             pool.close()
-    result = {"step": restored.step, "env": run.env, "split": run.evaluation_split, "tasks": len(eval_tasks),
+    result = {"step": restored_step, "env": run.env, "split": run.evaluation_split, "tasks": len(eval_tasks),
               "seeds": run.eval_seeds, "method": run.train.credit.method} | result
     tag = f"_search{run.eval_search}" + ("_initial" if grader == "initial" else "") if run.eval_search else ""
-    with open(os.path.join(out_dir, f"eval_{restored.step}{tag}.json"), "w") as f:
+    with open(os.path.join(out_dir, f"eval_{restored_step}{tag}.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
 

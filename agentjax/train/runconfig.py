@@ -405,9 +405,13 @@ class RunConfig:
         """SERA's rubric writing and grading in the tree collector (:class:`~agentjax.rollout.tree_rubrics.
         RubricConfig`: ``collect``'s sampler settings at temperature 1 / 0, ``tree.rubric_tokens`` /
         ``grade_tokens`` new tokens, prompts up to ``collect.max_prompt_tokens``, the credit's reading); None when the
-        method has no rubrics."""
+        method has no rubrics. The grader is asked about the children the env's judge judges: on TextCraft-Synth
+        only finished ones (a child that did not finish scores 0 without a call), on TextWorld-Sync every child, as
+        its judge (a child whose action ends the shared task, or that spent its budget after doing its subtask,
+        never gets to finish)."""
         from agentjax.rollout.tree_rubrics import RubricConfig
         from agentjax.train.config import SERACredit
+        from agentjax.train.tree_worlds import make_judge
 
         if self.tree is None or not isinstance(self.train.credit, SERACredit):
             return None
@@ -419,7 +423,8 @@ class RunConfig:
                             constrained=tr.rubric_choices, batch_bucket=co.batch_bucket,
                             max_context_chars=min(12_000, 2 * co.max_prompt_tokens),
                             max_trie_edges=max(co.max_trie_edges, 8192),
-                            sparse_logits=co.sparse_logits and tr.rubric_choices, one_pass=tr.rubric_choices)
+                            sparse_logits=co.sparse_logits and tr.rubric_choices, one_pass=tr.rubric_choices,
+                            require_finish=make_judge(self.env).require_finish)
 
     @property
     def fork_collect(self) -> Any:

@@ -28,6 +28,7 @@ settings included), as for the flat runs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import types
 from collections.abc import Callable, Sequence
@@ -52,10 +53,15 @@ def _no_sampling(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("tree warm start: a teacher run samples nothing")
 
 
-def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish: bool = False) -> list[Demo]:
-    """The rows of the planner trees of ``tasks`` (one tree each); raises ValueError if one does not fit. With
-    ``early_finish`` only the grade rows of the delegated children, each finishing after ``id % 3`` of the planner's
-    turns (module docstring)."""
+def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish: bool = False,
+                  grader: Any = None, key: jax.Array | None = None
+                  ) -> tuple[Any, dict[tuple[int, int, int], list[str]]]:
+    """One tree per task of ``tasks`` played by the env's planner (``early_finish``: every delegated child finishes
+    after ``id % 3`` of the planner's turns, module docstring), with the run's reference rubrics and grades, or
+    ``grader``'s (a :class:`~agentjax.models.Sampler`: it writes and grades the rubrics, :mod:`.grader_probe`).
+    Returns the :class:`~agentjax.rollout.tree_collect.TreeRollouts` and, under ``collect.masked_logp``, each turn's
+    admissible replies keyed by (tree group, node id, turn). ``key`` (default ``key(0)``) draws the grader's
+    rubrics."""
     config = run.tree_collect.replace(trees_per_task=1)
     make_world = world_factory(run.env, run.env_kwargs, tokenizer=tokenizer,
                                max_reply_tokens=config.max_response_tokens)
@@ -74,8 +80,19 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish:
     teach.with_world = True  # the collector passes each tree's world
 
     teaching = types.SimpleNamespace(tokenizer=tokenizer, generate=_no_sampling)  # the teacher replies
-    rollouts = run_trees(tasks, teaching, make_world, make_judge(run.env), config, jax.random.key(0), teacher=teach,
-                         rubrics=run.rubric_collect)
+    rubrics = run.rubric_collect
+    if grader is not None and rubrics is not None:
+        rubrics = dataclasses.replace(rubrics, scripted=False)
+    rollouts = run_trees(tasks, teaching, make_world, make_judge(run.env), config,
+                         jax.random.key(0) if key is None else key, teacher=teach, rubrics=rubrics, grader=grader)
+    return rollouts, admissible
+
+
+def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish: bool = False) -> list[Demo]:
+    """The rows of the planner trees of ``tasks`` (one tree each); raises ValueError if one does not fit. With
+    ``early_finish`` only the grade rows of the delegated children (module docstring)."""
+    rollouts, admissible = teacher_trees(run, tasks, tokenizer, early_finish=early_finish)
+    config = run.tree_collect
     stops, cache, rows = config.sampling.stop_token_ids, {}, []
 
     def encoded(replies: Sequence[str]) -> list[list[int]]:
@@ -157,4 +174,4 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["tree_demonstrations"]
+__all__ = ["teacher_trees", "tree_demonstrations"]

@@ -206,6 +206,8 @@ def cache_key(run: RunConfig) -> str:
             for name in ("rubric_tokens", "grade_tokens", "rubric_choices"):
                 tree.pop(name)
         parts.append([tree, co.truncation, co.max_allowed])
+        if run.rubric_collect is not None and not run.rubric_collect.require_finish:  # the grade rows of unfinished
+            parts.append("unfinished children graded")  # children (TextWorld-Sync): not in the warm starts before
     return config_hash(*parts)
 
 

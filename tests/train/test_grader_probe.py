@@ -1,0 +1,115 @@
+"""The grader probe (agentjax/train/grader_probe.py) and which children SERA's grader is asked about.
+
+The probe's numbers are checked on hand-made triples and on the held-out teacher trees of both tree envs with stub
+graders whose answers ignore the child (pass everything, fail everything): balanced accuracy and AUC 0.5 whatever
+the agreement, mixed labels from the planner and early-finish trees. TextWorld-Sync's grader is asked about every
+child, as its judge (a child whose action ends the shared task never finishes), TextCraft-Synth's only about the
+children that finished, and the SERA warm start's key changes only where the grade rows do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from agentjax.models import load_tokenizer
+from agentjax.rollout.tree_rubrics import scripted_output
+from agentjax.train.grader_probe import auc, describe, graded_children, summarize
+from agentjax.train.presets import preset
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+def test_summary_of_hand_made_children():
+    children = [(True, True, 0.8), (True, False, 0.0), (False, False, 0.0), (False, False, 0.0), (False, True, 0.5)]
+    s = summarize(children)
+    assert (s["children"], s["successes"], s["failures"]) == (5, 2, 3)
+    assert s["pass_rate"] == 0.5 and s["fail_rate"] == pytest.approx(2 / 3)
+    assert s["balanced_accuracy"] == pytest.approx((0.5 + 2 / 3) / 2) and s["agreement"] == pytest.approx(3 / 5)
+    assert s["pass_rate_se"] == pytest.approx(math.sqrt(0.25 / 2)) and s["majority"] == pytest.approx(3 / 5)
+    assert s["auc"] == pytest.approx(4 / 6)  # 0.8 beats all three failures; 0.0 ties two (0.5 each), loses to 0.5
+    assert "balanced accuracy" in describe(s)
+
+
+def test_auc_against_a_brute_force_count():
+    rng = np.random.default_rng(0)
+    score, label = rng.integers(0, 4, 40) / 3, rng.random(40) < 0.4
+    pairs = [(1.0 if a > b else 0.5 if a == b else 0.0) for a, la in zip(score, label, strict=True) if la
+             for b, lb in zip(score, label, strict=True) if not lb]
+    assert auc(score, label) == pytest.approx(np.mean(pairs))
+    assert auc(np.full(6, 0.7), np.array([True, False] * 3)) == 0.5  # a constant grader
+    assert math.isnan(auc(np.ones(3), np.ones(3, bool)))
+
+
+class ConstantGrader:
+    """Writes the first rubric it may and gives every child the same grade: the last of its choices (a success)
+    or the first (the failure); never reads the child."""
+
+    def __init__(self, tokenizer, passes: bool):
+        self.tokenizer, self.passes, self.calls = tokenizer, passes, 0
+
+    def choose(self, prompts, choices, params, key):
+        self.calls += 1
+        grading = all(c[0].startswith('{"success"') for c in choices)
+        texts = [c[-1 if self.passes else 0] if grading else c[0] for c in choices]
+        return scripted_output(self.tokenizer, texts, params.max_new_tokens, params.stop_token_ids[0])
+
+    def generate(self, *args, **kwargs):
+        raise AssertionError("a constrained, one-pass run chooses")
+
+
+@pytest.mark.parametrize("env", ["textcraft_synth", "textworld_sync"])
+@pytest.mark.parametrize("passes", [True, False])
+def test_a_grader_that_ignores_the_child_is_at_chance(tokenizer, env, passes):
+    run = preset("tiny", "sera", env)
+    tasks = run.spec.tasks(run.evaluation_split)[:3]
+    grader = ConstantGrader(tokenizer, passes)
+    children, counts = graded_children(run, grader, tokenizer, tasks, jax.random.key(0))
+    s = summarize(children)
+    assert grader.calls > 0 and s["successes"] >= 1 and s["failures"] >= 1  # planner and early-finish trees
+    assert s["pass_rate"] == float(passes) and s["fail_rate"] == float(not passes)
+    assert s["balanced_accuracy"] == 0.5 and s["auc"] == 0.5
+    assert s["agreement"] == pytest.approx((s["successes"] if passes else s["failures"]) / s["children"])
+    assert counts["rubric/failures"] == counts["grade/failures"] == 0
+    assert counts["grade/requests"] == s["children"]  # every graded child was labelled
+    if env == "textworld_sync":  # graded whether or not they finished, as its judge judges them
+        assert counts["grade/unfinished"] == 0
+    else:
+        assert run.rubric_collect.require_finish
+
+
+def test_textworld_sync_grades_the_children_its_world_ended(tokenizer):
+    """Planner trees on TextWorld-Sync end when the last dish is eaten, before the children finish: their grades
+    (the warm start's demonstrations) now exist, successes like their labels."""
+    from agentjax.agents.tree import Status
+    from agentjax.train.tree_warmstart import teacher_trees
+
+    run = preset("tiny", "sera", "textworld_sync")
+    assert not run.rubric_collect.require_finish and preset("tiny", "sera", "textcraft_synth").rubric_collect \
+        .require_finish
+    rollouts, _ = teacher_trees(run, run.spec.tasks(run.evaluation_split)[:2], tokenizer)
+    children = [n for t in rollouts.trees for n in t.nodes[1:]]
+    assert any(n.status is Status.ENDED for n in children)
+    assert all(n.grade is not None and n.grade.success == bool(n.label) and n.score == n.grade.final_score
+               for n in children)
+
+
+def test_only_textworld_syncs_sera_warm_start_key_moves(monkeypatch):
+    from agentjax.train.runconfig import RunConfig
+    from agentjax.train.warmstart import cache_key
+
+    ws = preset("tiny", "sera", "textcraft_synth").warm_start
+    runs = {env: preset("tiny", "sera", env).replace(warm_start=ws) for env in ("textcraft_synth", "textworld_sync")}
+    keys = {env: cache_key(run) for env, run in runs.items()}
+    as_before = RunConfig.rubric_collect.fget  # every child's grade asked only if it finished, as before the change
+    monkeypatch.setattr(RunConfig, "rubric_collect", property(
+        lambda self: dataclasses.replace(as_before(self), require_finish=True)))
+    assert cache_key(runs["textcraft_synth"]) == keys["textcraft_synth"]
+    assert cache_key(runs["textworld_sync"]) != keys["textworld_sync"]
