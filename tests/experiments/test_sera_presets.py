@@ -265,3 +265,29 @@ def test_sera_fg_is_sera_with_failure_grades_in_its_warm_start():
         assert fg.train == sera.train and fg.tree == sera.tree and fg.out_dir != sera.out_dir
         assert cache_key(fg) != cache_key(sera)
     assert "sera_fg" not in METHODS  # not among the default runs: the committed tables were made before it
+
+
+def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
+    """experiments/sera/grader.py: a row per warm start (arms sharing one probe it once), the result cached beside
+    the weights and read back on a second run."""
+    import agentjax.models
+    import agentjax.train.grader_probe as gp
+    from agentjax.train.warmstart import cache_folder
+    from experiments.sera import grader
+
+    calls = []
+    result = {"tasks": 4.0, "children": 10.0, "successes": 7.0, "failures": 3.0, "pass_rate": 1.0,
+              "pass_rate_se": 0.0, "fail_rate": 0.0, "fail_rate_se": 0.0, "balanced_accuracy": 0.5,
+              "balanced_accuracy_se": 0.0, "agreement": 0.7, "agreement_se": 0.14, "majority": 0.7, "auc": 0.5}
+    monkeypatch.setattr(agentjax.models, "load_hf", lambda folder, config=None: "weights")
+    monkeypatch.setattr(gp, "grader_agreement", lambda run, model, tok, tasks: calls.append(model) or dict(result))
+    folder = cache_folder(tiny_run("sera_exec", 0, results=str(tmp_path)))
+    os.makedirs(folder)
+    open(os.path.join(folder, "warmstart.json"), "w").write("{}")
+    argv = ["--methods", "sera_exec", "sera_wo_d", "--seeds", "0", "--tasks", "4", "--results", str(tmp_path)]
+    for _ in range(2):
+        assert grader.main(argv) == 0
+    assert calls == ["weights"]  # one warm start, probed once
+    table = open(tmp_path / "tiny_grader.md").read().splitlines()
+    assert table[-1].startswith("| sera_exec | warm start `") and "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.500" in \
+        table[-1] and "--methods sera_exec sera_wo_d" in table[2]
