@@ -46,7 +46,7 @@ def policies(run) -> list[tuple[str, str, Callable[[], Any]]]:
         with Checkpointer(os.path.join(run.out_dir, CHECKPOINTS)) as ckpt:
             steps = ckpt.steps()
         if steps:
-            out.append((f"seed {run.train.seed}, step {steps[-1]}",
+            out.append((f"seed {run.train.seed}, last checkpoint ({steps[-1]})",
                         os.path.join(run.out_dir, f"grader_probe_{steps[-1]}.json"),
                         lambda: restore_model(run, run.out_dir, steps[-1], load_tokenizer(run.tokenizer))[0]))
     return out
@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append((method, label, r))
                 print(f"{method} {label}: balanced accuracy {r['balanced_accuracy']:.3f} ± "
                       f"{r['balanced_accuracy_se']:.3f}, AUC {r['auc']:.3f} ({r['seconds']:.0f} s)", flush=True)
+    if not rows:
+        print(f"no warm start or checkpoint of {args.methods} under {args.results}/runs: run experiments/sera/run.py "
+              "first")
+        return 1
     name = "sync" if args.sync else "tiny"
     command = "python experiments/sera/grader.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = os.path.join(args.results, f"{name}_grader.md")
