@@ -507,7 +507,8 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     checkpoint (``grader="policy"``) or by the run's initial policy — its warm start, or its starting weights —
     (``"initial"``: the paper's untrained-grader control)."""
     out_dir, found = find_run(path)
-    run = saved_run(out_dir, step if step is not None else found)
+    step = step if step is not None else found
+    run = saved_run(out_dir, step)
     changes: dict[str, Any] = {"eval_every": 1, "progress": False, "workers": 0}
     if tasks is not None:
         changes["eval_tasks"] = tasks

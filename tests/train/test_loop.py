@@ -224,6 +224,11 @@ def test_eval_command_evaluates_the_newest_checkpoint(uninterrupted, tmp_path, c
     assert json.load(open(tmp_path / "run" / "eval_2.json")) == result
     again = loop.evaluate_checkpoint(str(tmp_path / "run"), tasks=2, seeds=2)  # same key: same episodes
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in result.items() if k != "seconds"}
+    with loop.Checkpointer(str(tmp_path / "run" / "checkpoints")) as ckpt:
+        older = ckpt.steps()[0]
+    assert older < 2  # a step folder names the checkpoint evaluated
+    assert loop.evaluate_checkpoint(str(tmp_path / "run" / "checkpoints" / str(older)), tasks=2, seeds=2)["step"] \
+        == older
 
 
 def test_eval_env_kwargs_get_a_pool_of_their_own(tmp_path):
