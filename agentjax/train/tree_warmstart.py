@@ -137,6 +137,31 @@ def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Calla
     return call.prompt_ids.tolist(), response, choices
 
 
+def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> tuple[list[Demo], list[bool]]:
+    """The reference grade rows of the graded children of the planner and the early-finish trees of ``tasks`` (a
+    SERA run), with each child's verifier label: grader-only training data (``experiments/sera/grader_sft.py``).
+    A task whose planner tree does not fit is skipped."""
+    config, rows, labels = run.tree_collect, [], []
+    cache: dict[str, list[int]] = {}
+
+    def encoded(replies: Sequence[str]) -> list[list[int]]:
+        return [cache.setdefault(r, list(tokenizer.encode(r, add_special_tokens=False))) for r in replies]
+
+    for task in tasks:
+        for early_finish in (False, True):
+            try:
+                rollouts, _ = teacher_trees(run, [task], tokenizer, early_finish=early_finish)
+            except ValueError as e:
+                log.info("grade rows: task %s skipped: %s", task.task_id, e)
+                break
+            for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
+                if node.grade_call is not None and node.label is not None:
+                    rows.append(_call_row(node.grade_call, config.masked_logp, config.sampling.stop_token_ids,
+                                          encoded))
+                    labels.append(bool(node.label))
+    return rows, labels
+
+
 def _grow_both(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
     """The planner trees' rows, then (``WarmStart.failure_grades``, a SERA run) the early-finish trees' grade rows."""
     rows = _grow(run, tasks, tokenizer)
@@ -174,4 +199,4 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["teacher_trees", "tree_demonstrations"]
+__all__ = ["grade_rows", "teacher_trees", "tree_demonstrations"]

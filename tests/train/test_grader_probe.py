@@ -113,3 +113,20 @@ def test_only_textworld_syncs_sera_warm_start_key_moves(monkeypatch):
         lambda self: dataclasses.replace(as_before(self), require_finish=True)))
     assert cache_key(runs["textcraft_synth"]) == keys["textcraft_synth"]
     assert cache_key(runs["textworld_sync"]) != keys["textworld_sync"]
+
+
+@pytest.mark.parametrize("env", ["textcraft_synth", "textworld_sync"])
+def test_grade_rows_carry_the_verifiers_verdict(tokenizer, env):
+    """The grader-only rows (experiments/sera/grader_sft.py): one per graded child of the planner and early-finish
+    trees, its reference grade's success flag the child's label, both labels present, constrained choices kept."""
+    import json
+
+    from agentjax.train.tree_warmstart import grade_rows
+
+    run = preset("tiny", "sera", env)
+    rows, labels = grade_rows(run, run.spec.tasks(run.spec.train_split)[:2], tokenizer)
+    assert len(rows) == len(labels) and any(labels) and not all(labels)
+    for (prompt, response, choices), label in zip(rows, labels, strict=True):
+        assert json.loads(tokenizer.decode(response[:-1]))["success"] == label
+        assert choices is not None and all(t in c for t, c in zip(response, choices, strict=True))
+        assert "Grade it" in tokenizer.decode(prompt)
