@@ -326,8 +326,9 @@ def report(runs: Runs, folder: str, name: str) -> dict:
             f.write(f"# The policy's grades against the verifier ({name}; delegated children of the saved training "
                     "trees, pooled over seeds)\n\nA SERA child's execution reward is its grade's final score: a child "
                     "graded a success earns up to 1 whatever the verifier says; one that did not finish scores 0 "
-                    "without a grading call; one without a rubric or a parsable grade leaves the gradient. Each run "
-                    f"saved {some.tree.saved_trees} trees a batch (`trees/`, not committed: made again by the "
+                    "without a grading call on TextCraft-Synth and is graded like the others on TextWorld-Sync (as "
+                    "its judge judges every child); one without a rubric or a parsable grade leaves the gradient. "
+                    f"Each run saved {some.tree.saved_trees} trees a batch (`trees/`, not committed: made again by the "
                     "report on the machine that has the run folders).\n\n" + grades)
         print(grades)
     tree = example_tree(runs, os.path.join(folder, "example_tree.txt" if name == "tiny" else f"{name}_tree.txt"))
