@@ -136,11 +136,18 @@ class WarmStart:
     # SERA: also grade rows of children that finish before their subtask is done (agentjax.train.tree_warmstart), so
     # the grader is shown failures too; off, every demonstrated grade is a planner child's success
     failure_grades: bool = False
+    # SERA: after ``steps``, this many AdamW steps on grade rows only: the reference grades of the planner and the
+    # early-finish trees of the same tasks, successes and failures (tree_warmstart.grade_rows). The grade rows of the
+    # main steps are ~2% of its rows, too few for a tiny grader to learn to read the child
+    # (experiments/sera/results/<name>_grader_sft.md)
+    grader_steps: int = 0
 
     def __post_init__(self):
         for name in ("episodes", "steps", "batch_size", "learning_rate"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"WarmStart.{name} must be > 0, got {getattr(self, name)!r}")
+        if self.grader_steps < 0:
+            raise ValueError(f"WarmStart.grader_steps must be >= 0, got {self.grader_steps!r}")
 
 
 @dataclasses.dataclass(frozen=True)

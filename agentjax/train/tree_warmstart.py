@@ -16,7 +16,10 @@ does its subtask, so every such grade is a success, and a grader taught only by 
 ``WarmStart.failure_grades`` adds a second tree per task in which every delegated child finishes after ``id % 3``
 of the planner's turns (0-2), mostly before its subtask is done; the judge labels it and only its reference grade
 (a failure wherever the judge failed the child) is kept as a row: its replies, and its parent's after it, teach
-nothing.
+nothing. ``WarmStart.grader_steps`` ends the warm start with that many steps on grade rows only
+(:func:`grade_rows`: the planner and early-finish trees' reference grades of the same tasks, about half of them
+failures): in the main steps the grade rows are ~2% of the rows, and a tiny grader trained by them grades every
+child alike (``experiments/sera/results/<name>_grader.md``, ``<name>_grader_sft.md``).
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
@@ -170,12 +173,16 @@ def _grow_both(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Dem
     return rows
 
 
-def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
-    """The warm start's rows (module docstring)."""
+def warm_start_tasks(run: RunConfig) -> list[Any]:
+    """The warm start's tasks: the first ``WarmStart.episodes`` of a ``seed``-permutation of the train split."""
     ws, spec = run.warm_start, run.spec
     tasks = spec.tasks(spec.train_split)
-    order = np.random.default_rng(ws.seed).permutation(len(tasks))[:ws.episodes]
-    chosen = [tasks[i] for i in order]
+    return [tasks[i] for i in np.random.default_rng(ws.seed).permutation(len(tasks))[:ws.episodes]]
+
+
+def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
+    """The warm start's rows (module docstring)."""
+    chosen = warm_start_tasks(run)
     rows, skipped = [], 0
     for start in range(0, len(chosen), CHUNK):
         chunk = chosen[start:start + CHUNK]
@@ -199,4 +206,4 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["grade_rows", "teacher_trees", "tree_demonstrations"]
+__all__ = ["grade_rows", "teacher_trees", "tree_demonstrations", "warm_start_tasks"]

@@ -195,7 +195,8 @@ def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
     # failure_grades off: the key the warm starts built before that field existed have
-    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k != "failure_grades" or v)}
+    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k not in ("failure_grades", "grader_steps")
+                                                                        or v)}
     parts = [fields, dataclasses.asdict(run.train.model), run.env,
              run.env_kwargs,
              [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
@@ -258,8 +259,17 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
     lr = ro.response_len if run.rubric_collect is None else max(ro.response_len, run.tree.rubric_tokens,
                                                                  run.tree.grade_tokens)  # SERA: rubric rows
+    bucket = TREE_COMPACT_BUCKET if run.tree is not None else None
     losses = supervised(model, rows, ws, ro.prompt_len, lr, loss, max_allowed=run.collect.max_allowed,
-                        compact_bucket=TREE_COMPACT_BUCKET if run.tree is not None else None)
+                        compact_bucket=bucket)
+    grader = {}
+    if ws.grader_steps and run.rubric_collect is not None:  # SERA: a grader phase on grade rows only
+        from agentjax.train.tree_warmstart import grade_rows, warm_start_tasks
+
+        grades, labels = grade_rows(run, warm_start_tasks(run), tokenizer)
+        g_losses = supervised(model, grades, dataclasses.replace(ws, steps=ws.grader_steps), ro.prompt_len, lr, loss,
+                              max_allowed=run.collect.max_allowed, compact_bucket=bucket)
+        grader = {"grader_rows": len(grades), "grader_successes": sum(labels), "grader_losses": g_losses}
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
     try:
@@ -268,7 +278,7 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
             json.dump({"warm_start": {k: v for k, v in vars(ws).items() if k != "cache_dir"}, "env": run.env,
                        "episodes": episodes, "turns": len(rows), "loss_first": losses[0], "loss_last": losses[-1],
                        "losses": losses, "seconds": time.perf_counter() - t0, "built_with": build_info(),
-                       "weights_sha256": weights_sha256(tmp)}, f, indent=1)
+                       "weights_sha256": weights_sha256(tmp), **grader}, f, indent=1)
         if os.path.exists(folder):  # another process finished first: keep its copy
             shutil.rmtree(tmp)
         else:

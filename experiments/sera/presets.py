@@ -52,13 +52,18 @@ ENV = "textcraft_synth"
 ARMS: dict[str, tuple[str, tuple[int, int, int]]] = {
     "rao": ("rao", (1, 0, 0)), "rao_d": ("rao", (3, 1, 0)), "sera": ("sera", (3, 1, 1)),
     "sera_wo_d": ("sera", (3, 0, 1)), "sera_wo_rt": ("sera", (3, 1, 0)), "sera_exec": ("sera", (1, 0, 0)),
-    "sera_fg": ("sera", (3, 1, 1))}
+    "sera_fg": ("sera", (3, 1, 1)), "sera_gw": ("sera", (3, 1, 1))}
 # SERA whose warm start also shows the grader children that finished undone (WarmStart.failure_grades): the planner
 # trees' grades are all successes, and a grader taught by them alone passes whatever finishes. Not in the default
 # set of runs (the committed tiny tables were made before it).
 FAILURE_GRADES = ("sera_fg",)
-METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm not in ("rao", *FAILURE_GRADES)))
-ALL_METHODS = (*METHODS, *FAILURE_GRADES)
+# SERA whose warm start ends with GRADER_STEPS steps on grade rows only (WarmStart.grader_steps: the planner and
+# early-finish trees' grades, successes and failures): its grader reads the child (results/<name>_grader_sft.md,
+# results/<name>_grader.md). Not in the default set either.
+GRADER_WARM = ("sera_gw",)
+GRADER_STEPS = 100
+METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm not in ("rao", *FAILURE_GRADES, *GRADER_WARM)))
+ALL_METHODS = (*METHODS, *FAILURE_GRADES, *GRADER_WARM)
 SEEDS = (0, 1, 2)
 EVAL_SPLIT = "val_easy_medium"
 EVAL_TASKS = 16
@@ -73,7 +78,8 @@ WARM_START = WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-
 def _common(run: RunConfig, method: str, seed: int, results: str, updates: int | None) -> RunConfig:
     base = ARMS[method][0] if method in ARMS else method  # the arms of one base method share its warm start
     warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", base),
-                               failure_grades=method in FAILURE_GRADES)
+                               failure_grades=method in FAILURE_GRADES,
+                               grader_steps=GRADER_STEPS if method in GRADER_WARM else 0)
     return run.replace(train=run.train.replace(seed=seed), eval_split=EVAL_SPLIT, eval_tasks=EVAL_TASKS,
                        eval_seeds=EVAL_SEEDS, updates=updates or UPDATES, eval_every=EVAL_EVERY,
                        checkpoint_every=EVAL_EVERY, progress=False, warm_start=warm,
@@ -130,11 +136,13 @@ def sync_run(seed: int = 0, *, method: str = "rao", results: str = RESULTS, upda
     run = preset("tiny", base, "textworld_sync")
     credit = dataclasses.replace(run.train.credit, stages=stages)
     warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", f"{base}_sync"),
-                               failure_grades=method in FAILURE_GRADES)
+                               failure_grades=method in FAILURE_GRADES,
+                               grader_steps=GRADER_STEPS if method in GRADER_WARM else 0)
     return run.replace(train=run.train.replace(seed=seed, credit=credit), updates=updates, eval_every=updates,
                        checkpoint_every=updates, progress=False, warm_start=warm, eval_split="validation",
                        out_dir=os.path.join(results, "runs", "sync", method, f"seed{seed}"))
 
 
-__all__ = ["ALL_METHODS", "ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "FAILURE_GRADES", "METHODS",
+__all__ = ["ALL_METHODS", "ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "FAILURE_GRADES", "GRADER_STEPS",
+           "GRADER_WARM", "METHODS",
            "RESULTS", "SEEDS", "smoke_run", "sync_run", "tiny_run"]

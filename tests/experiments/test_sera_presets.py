@@ -82,7 +82,8 @@ def test_pairwise_accuracy_by_hand():
 
 def test_the_ablation_arms_change_the_schedule_only():
     """SERA w/o D / w/o RT / execution-only and RAO + D (SERA Table 3) are their base arm with another stage cycle:
-    everything else, warm start included, is the base's (SERA with failure grades: all but the warm start)."""
+    everything else, warm start included, is the base's (SERA with failure grades or a grader phase: all but the warm
+    start)."""
     from agentjax.train.config import SERACredit
     from experiments.sera.presets import ARMS
 
@@ -92,7 +93,9 @@ def test_the_ablation_arms_change_the_schedule_only():
         assert dataclasses.replace(run.train.credit, stages=ref.train.credit.stages) == ref.train.credit, arm
         assert run.train.replace(credit=ref.train.credit) == ref.train, arm
         failure_grades = arm == "sera_fg"  # its warm start adds failure grades (the test below)
-        assert run.warm_start == dataclasses.replace(ref.warm_start, failure_grades=failure_grades), arm
+        grader_steps = run.warm_start.grader_steps if arm == "sera_gw" else 0  # a grader phase (the test below)
+        assert run.warm_start == dataclasses.replace(ref.warm_start, failure_grades=failure_grades,
+                                                     grader_steps=grader_steps), arm
         assert run.tree == ref.tree and run.updates == ref.updates
         assert run.out_dir.endswith(os.path.join(arm, "seed2"))
         run.check()
@@ -291,3 +294,14 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     table = open(tmp_path / "tiny_grader.md").read().splitlines()
     assert table[-1].startswith("| sera_exec | warm start `") and "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.500" in \
         table[-1] and "--methods sera_exec sera_wo_d" in table[2]
+
+
+def test_sera_gw_is_sera_with_a_grader_phase_in_its_warm_start():
+    from agentjax.train.warmstart import cache_key
+    from experiments.sera.presets import GRADER_STEPS, METHODS
+
+    for make in (lambda m: tiny_run(m, 1), lambda m: sync_run(1, method=m)):
+        gw, sera = make("sera_gw"), make("sera")
+        assert gw.warm_start.grader_steps == GRADER_STEPS > 0 and sera.warm_start.grader_steps == 0
+        assert gw.train == sera.train and gw.tree == sera.tree and cache_key(gw) != cache_key(sera)
+    assert "sera_gw" not in METHODS

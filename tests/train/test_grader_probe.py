@@ -130,3 +130,34 @@ def test_grade_rows_carry_the_verifiers_verdict(tokenizer, env):
         assert json.loads(tokenizer.decode(response[:-1]))["success"] == label
         assert choices is not None and all(t in c for t, c in zip(response, choices, strict=True))
         assert "Grade it" in tokenizer.decode(prompt)
+
+
+def test_a_grader_phase_has_a_key_of_its_own():
+    """WarmStart.grader_steps: its own cache key; 0 leaves the key as before the field (the committed runs' keys:
+    tests/train/test_tree_loop.py)."""
+    from agentjax.train.runconfig import WarmStart
+    from agentjax.train.warmstart import cache_key
+
+    ws = WarmStart(episodes=2, steps=1, batch_size=2)
+    run = preset("tiny", "sera", "textworld_sync").replace(warm_start=ws)
+    assert cache_key(run.replace(warm_start=dataclasses.replace(ws, grader_steps=2))) != cache_key(run)
+    assert cache_key(run.replace(warm_start=dataclasses.replace(ws, grader_steps=0))) == cache_key(run)
+    with pytest.raises(ValueError, match="grader_steps"):
+        WarmStart(grader_steps=-1)
+
+
+@pytest.mark.slow  # a warm start's two SFT phases compiled: `make test-slow`
+def test_a_grader_phase_ends_the_warm_start(tmp_path, tokenizer):
+    """WarmStart.grader_steps: after the warm start's steps, steps on grade rows only, recorded with their count and
+    losses."""
+    import json
+    import os
+
+    from agentjax.train.runconfig import WarmStart
+    from agentjax.train.warmstart import warm_start_folder
+
+    ws = WarmStart(episodes=2, steps=1, batch_size=2, cache_dir=str(tmp_path / "cache"), grader_steps=2)
+    graded = preset("tiny", "sera", "textworld_sync").replace(out_dir=str(tmp_path), warm_start=ws)
+    record = json.load(open(os.path.join(warm_start_folder(graded, tokenizer), "warmstart.json")))
+    assert record["grader_rows"] > record["grader_successes"] > 0 and len(record["grader_losses"]) == 2
+    assert record["warm_start"]["grader_steps"] == 2
