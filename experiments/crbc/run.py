@@ -71,14 +71,27 @@ def run_one(run: RunConfig) -> dict:
     return summary
 
 
+BUSY = 75  # a --run-config child's exit status when another process trains its run folder (EX_TEMPFAIL)
+
+
 def run_in_process(run: RunConfig) -> int:
-    """Train ``run`` in a child process (``--run-config``); returns its exit status."""
+    """Train ``run`` in a child process (``--run-config``); returns its exit status, 0 without a child where the
+    run was finished or taken by another process since the queue was listed (two drivers share a queue)."""
+    from agentjax.train.checkpoint import being_trained
+
+    if finished(run) or being_trained(run.out_dir):
+        print(f"{run.out_dir}: {'done' if finished(run) else 'being trained'} by another process: left to it",
+              flush=True)
+        return 0
     os.makedirs(run.out_dir, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=run.out_dir, delete=False) as f:
         json.dump(run.to_dict(), f)
     log = open(os.path.join(run.out_dir, "stdout.log"), "a")  # noqa: SIM115
     try:
-        return subprocess.call([sys.executable, __file__, "--run-config", f.name], stdout=log, stderr=subprocess.STDOUT)
+        code = subprocess.call([sys.executable, __file__, "--run-config", f.name], stdout=log, stderr=subprocess.STDOUT)
+        if code == BUSY:  # another process took it between the check and the child's lock
+            print(f"{run.out_dir}: being trained by another process: left to it", flush=True)
+        return 0 if code == BUSY else code
     finally:
         log.close()
         os.remove(f.name)
@@ -198,8 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_cache(args.results)
     if args.run_config:
+        from agentjax.train.checkpoint import RunFolderBusy
+
         with open(args.run_config) as f:
-            run_one(run_from_dict(json.load(f)))
+            try:
+                run_one(run_from_dict(json.load(f)))
+            except RunFolderBusy as e:
+                print(e, flush=True)
+                return BUSY
         return 0
     if args.smoke:
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]

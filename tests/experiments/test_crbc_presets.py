@@ -168,6 +168,23 @@ def test_several_runs_train_in_child_processes_even_one_at_a_time(tmp_path, monk
     assert sorted(called) == sorted(r.out_dir for r in runs.values())
 
 
+def test_a_run_another_driver_took_since_the_listing_is_left_to_it(tmp_path, monkeypatch):
+    """Two drivers on one queue: a run locked (or finished) by another process by the time its turn comes spawns no
+    child, and a child that loses the lock race exits BUSY, which is not a failure."""
+    from agentjax.train.checkpoint import run_folder_lock
+    from experiments.crbc import run as experiment
+
+    run = smoke_run("grpo", 0, results=str(tmp_path)).replace(warm_start=None)
+    spawned = []
+    monkeypatch.setattr(experiment.subprocess, "call", lambda *a, **k: spawned.append(a) or experiment.BUSY)
+    os.makedirs(run.out_dir)
+    with run_folder_lock(run.out_dir):
+        assert experiment.run_in_process(run) == 0 and spawned == []
+    assert experiment.run_in_process(run) == 0 and len(spawned) == 1  # the child lost the race: left to the winner
+    monkeypatch.setattr(experiment.subprocess, "call", lambda *a, **k: 1)
+    assert experiment.run_in_process(run) == 1  # a real failure stays one
+
+
 def test_the_report_pairs_only_runs_that_started_from_the_same_policy(tmp_path):
     """Seed 1's CRBC run started from another policy than its GRPO base (a warm start rebuilt elsewhere: another
     update-0 evaluation on the same episodes), so only seed 0 enters the paired columns and the table lists seed 1
