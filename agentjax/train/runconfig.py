@@ -138,8 +138,8 @@ class WarmStart:
     failure_grades: bool = False
     # SERA: after ``steps``, this many AdamW steps on grade rows only: the reference grades of the planner and the
     # early-finish trees of the same tasks, successes and failures (tree_warmstart.grade_rows). The grade rows of the
-    # main steps are ~2% of its rows, too few for a tiny grader to learn to read the child
-    # (experiments/sera/results/<name>_grader_sft.md)
+    # main steps are all successes (433 of 6,464 rows on TextWorld-Sync), and a tiny grader taught by them passes
+    # every child (experiments/sera/results/<name>_grader.md, <name>_grader_sft.md)
     grader_steps: int = 0
 
     def __post_init__(self):

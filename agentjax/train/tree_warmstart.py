@@ -18,8 +18,8 @@ of the planner's turns (0-2), mostly before its subtask is done; the judge label
 (a failure wherever the judge failed the child) is kept as a row: its replies, and its parent's after it, teach
 nothing. ``WarmStart.grader_steps`` ends the warm start with that many steps on grade rows only
 (:func:`grade_rows`: the planner and early-finish trees' reference grades of the same tasks, about half of them
-failures): in the main steps the grade rows are ~2% of the rows, and a tiny grader trained by them grades every
-child alike (``experiments/sera/results/<name>_grader.md``, ``<name>_grader_sft.md``).
+failures): the main steps' grade rows are all successes, and a tiny grader trained by them grades every child
+alike (``experiments/sera/results/<name>_grader.md``, ``<name>_grader_sft.md``).
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
