@@ -22,7 +22,6 @@ counted.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -31,8 +30,6 @@ import jax
 import numpy as np
 
 from agentjax.train.runconfig import RunConfig
-
-log = logging.getLogger(__name__)
 
 GRADER_TASKS = 16  # held-out tasks (the eval split's first ones); two teacher trees each
 
@@ -43,25 +40,18 @@ def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence
     planner and early-finish trees of ``tasks``, and the summed rubric counters (``rubric/...``, ``grade/...``).
     A task whose planner tree does not fit is skipped (logged), as in the warm start."""
     from agentjax.rollout.tree_collect import tree_stats
-    from agentjax.train.tree_warmstart import teacher_trees
+    from agentjax.train.tree_warmstart import both_trees
 
     out: list[tuple[bool, bool, float]] = []
     counts: dict[str, float] = {}
-    for i, task in enumerate(tasks):
-        for early_finish in (False, True):
-            try:
-                rollouts, _ = teacher_trees(run, [task], tokenizer, early_finish=early_finish, grader=grader,
-                                            key=jax.random.fold_in(key, 2 * i + early_finish))
-            except ValueError as e:
-                log.info("grader probe: task %s skipped: %s", task.task_id, e)
-                break
-            stats = tree_stats(rollouts)
-            for name in ("rubric/requests", "rubric/failures", "grade/requests", "grade/failures", "grade/unfinished"):
-                counts[name] = counts.get(name, 0.0) + float(stats.get(name, 0.0))
-            for tree in rollouts.trees:
-                for node in tree.nodes[1:]:
-                    if node.label is not None and node.grade is not None:
-                        out.append((bool(node.label), bool(node.grade.success), float(node.grade.final_score)))
+    for rollouts in both_trees(run, tasks, tokenizer, grader=grader, key=key):
+        stats = tree_stats(rollouts)
+        for name in ("rubric/requests", "rubric/failures", "grade/requests", "grade/failures", "grade/unfinished"):
+            counts[name] = counts.get(name, 0.0) + float(stats.get(name, 0.0))
+        for tree in rollouts.trees:
+            for node in tree.nodes[1:]:
+                if node.label is not None and node.grade is not None:
+                    out.append((bool(node.label), bool(node.grade.success), float(node.grade.final_score)))
     return out, counts
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -140,6 +140,22 @@ def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Calla
     return call.prompt_ids.tolist(), response, choices
 
 
+def both_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, grader: Any = None,
+               key: jax.Array | None = None) -> Iterator[Any]:
+    """For each task of ``tasks``, the rollouts of its planner tree, then of its early-finish tree
+    (:func:`teacher_trees`; with ``key``, tree ``j`` of task ``i`` draws the grader's rubrics with
+    ``fold_in(key, 2 i + j)``). A task whose planner tree does not fit is skipped (logged)."""
+    for i, task in enumerate(tasks):
+        for early_finish in (False, True):
+            sub = None if key is None else jax.random.fold_in(key, 2 * i + early_finish)
+            try:
+                rollouts, _ = teacher_trees(run, [task], tokenizer, early_finish=early_finish, grader=grader, key=sub)
+            except ValueError as e:
+                log.info("task %s skipped: %s", task.task_id, e)
+                break
+            yield rollouts
+
+
 def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> tuple[list[Demo], list[bool]]:
     """The reference grade rows of the graded children of the planner and the early-finish trees of ``tasks`` (a
     SERA run), with each child's verifier label: grader-only training data (``experiments/sera/grader_sft.py``).
@@ -150,18 +166,11 @@ def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> tuple[li
     def encoded(replies: Sequence[str]) -> list[list[int]]:
         return [cache.setdefault(r, list(tokenizer.encode(r, add_special_tokens=False))) for r in replies]
 
-    for task in tasks:
-        for early_finish in (False, True):
-            try:
-                rollouts, _ = teacher_trees(run, [task], tokenizer, early_finish=early_finish)
-            except ValueError as e:
-                log.info("grade rows: task %s skipped: %s", task.task_id, e)
-                break
-            for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
-                if node.grade_call is not None and node.label is not None:
-                    rows.append(_call_row(node.grade_call, config.masked_logp, config.sampling.stop_token_ids,
-                                          encoded))
-                    labels.append(bool(node.label))
+    for rollouts in both_trees(run, tasks, tokenizer):
+        for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
+            if node.grade_call is not None and node.label is not None:
+                rows.append(_call_row(node.grade_call, config.masked_logp, config.sampling.stop_token_ids, encoded))
+                labels.append(bool(node.label))
     return rows, labels
 
 
@@ -206,4 +215,4 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["grade_rows", "teacher_trees", "tree_demonstrations", "warm_start_tasks"]
+__all__ = ["both_trees", "grade_rows", "teacher_trees", "tree_demonstrations", "warm_start_tasks"]

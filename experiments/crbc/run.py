@@ -79,9 +79,9 @@ def run_in_process(run: RunConfig) -> int:
     run was finished or taken by another process since the queue was listed (two drivers share a queue)."""
     from agentjax.train.checkpoint import being_trained
 
-    if finished(run) or being_trained(run.out_dir):
-        print(f"{run.out_dir}: {'done' if finished(run) else 'being trained'} by another process: left to it",
-              flush=True)
+    done = finished(run)
+    if done or being_trained(run.out_dir):
+        print(f"{run.out_dir}: {'done' if done else 'being trained'} by another process: left to it", flush=True)
         return 0
     os.makedirs(run.out_dir, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=run.out_dir, delete=False) as f:

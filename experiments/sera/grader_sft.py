@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from agentjax.train.config import LossConfig
     from agentjax.train.grader_probe import graded_children, summarize
     from agentjax.train.tree_update import TREE_COMPACT_BUCKET
-    from agentjax.train.tree_warmstart import grade_rows
+    from agentjax.train.tree_warmstart import grade_rows, warm_start_tasks
     from agentjax.train.warmstart import cache_folder, supervised
 
     run = sync_run(0, method="sera", results=args.results) if args.sync else tiny_run("sera", 0, results=args.results)
@@ -55,11 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tokenizer = load_tokenizer(run.tokenizer)
     model = load_hf(folder, config=run.train.model.arch)
-    spec = run.spec
-    train_tasks = spec.tasks(spec.train_split)
-    order = np.random.default_rng(run.warm_start.seed).permutation(len(train_tasks))[:args.tasks]
-    chosen = [train_tasks[i] for i in order]
-    held_out = spec.tasks(run.evaluation_split)[:args.probe_tasks]
+    chosen = warm_start_tasks(run.replace(warm_start=dataclasses.replace(run.warm_start, episodes=args.tasks)))
+    held_out = run.spec.tasks(run.evaluation_split)[:args.probe_tasks]
     t0 = time.perf_counter()
     rows, labels = grade_rows(run, chosen, tokenizer)
     print(f"{len(rows)} grade rows ({sum(labels)} successes) from {len(chosen)} training tasks "
