@@ -16,8 +16,12 @@ successes, ``fail_rate`` on its failures, ``balanced_accuracy`` (their mean; 0.5
 child, whatever it says, since it gives every child the same flag distribution), ``agreement`` and ``majority``
 (the larger label share: what a constant grader reaches), ``auc`` of the final score against the label (ties
 count one half; 0.5 for a constant score), binomial standard errors, the counts, and the rubric and grade calls
-that failed to parse. Children that did not finish are scored 0 without a call (``require_finish``) and are not
-counted.
+that failed to parse. The children the run's grader is not asked about are not counted (TextCraft-Synth's that did
+not finish, scored 0 without a call; TextWorld-Sync's grader is asked about every child, as its judge).
+
+:func:`planner_fit` checks the other role on the same held-out tasks: how likely the policy is to reproduce the
+planner's reply at each turn of its trees (the tree runs' counterpart of :mod:`agentjax.train.probe`'s agreement
+with the oracle), so a grader recipe that costs the acting policy shows up before RL.
 """
 
 from __future__ import annotations
@@ -101,6 +105,57 @@ def grader_agreement(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int =
     return {"tasks": float(len(held_out)), **summarize(children), **counts}
 
 
+def planner_fit(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRADER_TASKS,
+                batch_size: int = 16) -> dict[str, float]:
+    """How well ``model`` acts like the env's planner on held-out trees: the planner trees of the first ``tasks``
+    tasks of ``run``'s eval split (the warm start's recipe on unseen tasks), scored turn by turn under teacher
+    forcing (the run's prompts, its constrained choices where ``collect.masked_logp``). Per reply kind (``act``,
+    ``delegate``, ``finish``, ... and ``all``): ``<kind>/turns``, ``<kind>/nll`` (mean NLL of a turn's reply,
+    nats) and ``<kind>/p_reply`` (mean probability of the planner's whole reply: the rate at which temperature-1
+    sampling reproduces it, turn by turn). A grader phase that costs the acting policy shows up here."""
+    import functools
+
+    from flax import nnx
+
+    from agentjax.train.config import LossConfig
+    from agentjax.train.tree_warmstart import teacher_trees, tree_rows
+    from agentjax.train.update import forward_rows
+    from agentjax.train.warmstart import pack_demos
+
+    rows: list[tuple[str, Any]] = []
+    for task in run.spec.tasks(run.evaluation_split)[:tasks]:
+        try:
+            rollouts, admissible = teacher_trees(run, [task], tokenizer)
+        except ValueError:  # no planner tree that fits (as in the warm start)
+            continue
+        rows += [(kind, row) for kind, row in tree_rows(run, rollouts, admissible, tokenizer)
+                 if kind not in ("rubric", "grade")]
+    if not rows:
+        raise ValueError("planner fit: no held-out planner tree fits the run's limits")
+    loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
+    graphdef, params = nnx.split(model, nnx.Param)
+
+    @functools.partial(jax.jit, static_argnames=("graphdef",))
+    def reply_logp(graphdef, params, batch):
+        logp, _, _ = forward_rows(graphdef, params, batch, loss=loss, with_entropy=False)
+        return (logp * batch.response_mask).sum(axis=1)
+
+    ro = run.train.rollout
+    total = np.zeros(len(rows))
+    for start in range(0, len(rows), batch_size):
+        chunk = [row for _, row in rows[start:start + batch_size]]
+        padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape
+        batch = pack_demos(padded, ro.prompt_len, ro.response_len, run.collect.max_allowed)
+        total[start:start + len(chunk)] = np.asarray(reply_logp(graphdef, params, batch))[:len(chunk)]
+    kinds = np.array([kind for kind, _ in rows])
+    out: dict[str, float] = {}
+    for kind in ("all", *sorted(set(kinds))):
+        pick = total if kind == "all" else total[kinds == kind]
+        out |= {f"{kind}/turns": float(len(pick)), f"{kind}/nll": float(-pick.mean()),
+                f"{kind}/p_reply": float(np.exp(pick).mean())}
+    return out
+
+
 def describe(probe: dict[str, float]) -> str:
     """One line for logs and reports."""
     return (f"grader on {int(probe['children'])} held-out children ({int(probe['successes'])} verified successes): "
@@ -109,4 +164,4 @@ def describe(probe: dict[str, float]) -> str:
             f"{probe['auc']:.3f}")
 
 
-__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "summarize"]
+__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "planner_fit", "summarize"]

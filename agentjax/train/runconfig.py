@@ -141,6 +141,10 @@ class WarmStart:
     # main steps are all successes (433 of 6,464 rows on TextWorld-Sync), and a tiny grader taught by them passes
     # every child (experiments/sera/results/<name>_grader.md, <name>_grader_sft.md)
     grader_steps: int = 0
+    # SERA: the share of each grader-phase batch drawn from the main steps' rows (rehearsal; in expectation). At 0 the
+    # grader phase moves the acting policy too: 100 grade-only steps cut the held-out planner turns' probability
+    # from 0.94 to 0.67 on TextWorld-Sync (experiments/sera/results/sync_grader.md, planner fit)
+    grader_replay: float = 0.0
 
     def __post_init__(self):
         for name in ("episodes", "steps", "batch_size", "learning_rate"):
@@ -148,6 +152,9 @@ class WarmStart:
                 raise ValueError(f"WarmStart.{name} must be > 0, got {getattr(self, name)!r}")
         if self.grader_steps < 0:
             raise ValueError(f"WarmStart.grader_steps must be >= 0, got {self.grader_steps!r}")
+        if not 0.0 <= self.grader_replay < 1.0:
+            raise ValueError(f"WarmStart.grader_replay is a share of the grader phase's batches, in [0, 1); got "
+                             f"{self.grader_replay!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,10 @@ of the planner's turns (0-2), mostly before its subtask is done; the judge label
 nothing. ``WarmStart.grader_steps`` ends the warm start with that many steps on grade rows only
 (:func:`grade_rows`: the planner and early-finish trees' reference grades of the same tasks, about half of them
 failures): the main steps' grade rows are all successes, and a tiny grader trained by them grades every child
-alike (``experiments/sera/results/<name>_grader.md``, ``<name>_grader_sft.md``).
+alike (``experiments/sera/results/<name>_grader.md``, ``<name>_grader_sft.md``). Its main steps are the warm start
+without the phase, loaded from its cache (built there first when missing). On grade rows alone the phase also moves
+the acting policy (the planner fit in ``<name>_grader.md``); ``WarmStart.grader_replay`` draws that share of each of
+its batches from the main rows instead (rehearsal).
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
@@ -95,21 +98,23 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish:
     """The rows of the planner trees of ``tasks`` (one tree each); raises ValueError if one does not fit. With
     ``early_finish`` only the grade rows of the delegated children (module docstring)."""
     rollouts, admissible = teacher_trees(run, tasks, tokenizer, early_finish=early_finish)
+    return [row for _, row in tree_rows(run, rollouts, admissible, tokenizer, turns=not early_finish)]
+
+
+def tree_rows(run: RunConfig, rollouts: Any, admissible: dict[tuple[int, int, int], list[str]], tokenizer: Any, *,
+              turns: bool = True) -> Iterator[tuple[str, Demo]]:
+    """``(kind, row)`` of every node turn of ``rollouts`` (``kind`` the reply's: act, delegate, finish, ...; with
+    ``turns``) and of each child's reference rubric and grade call ("rubric", "grade"; a SERA run), in tree and
+    node order; under ``collect.masked_logp`` each row carries its constrained choices over ``admissible``."""
     config = run.tree_collect
-    stops, cache, rows = config.sampling.stop_token_ids, {}, []
+    stops, cache = config.sampling.stop_token_ids, {}
 
     def encoded(replies: Sequence[str]) -> list[list[int]]:
-        for r in replies:
-            if r not in cache:
-                cache[r] = list(tokenizer.encode(r, add_special_tokens=False))
-        return [cache[r] for r in replies]
+        return [cache.setdefault(r, list(tokenizer.encode(r, add_special_tokens=False))) for r in replies]
 
-    if early_finish:  # the children's grades only: their replies (and their parents' after them) are no lesson
-        return [_call_row(node.grade_call, config.masked_logp, stops, encoded) for tree in rollouts.trees
-                for node in tree.nodes[1:] if node.grade_call is not None]
     for tree in rollouts.trees:
         for node in tree.nodes:
-            for turn in node.turns:
+            for turn in node.turns if turns else ():
                 response = turn.response_ids.tolist()
                 choices = None
                 if config.masked_logp:
@@ -122,11 +127,10 @@ def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish:
                                          "constrained policy could not emit it; let the world offer the planner's "
                                          "replies (textcraft_synth: env_kwargs planner_replies=True) or turn "
                                          "collect.masked_logp off") from None
-                rows.append((turn.prompt_ids.tolist(), response, choices))
-            for call in (node.rubric_call, node.grade_call):  # SERA: the reference rubric and grade of a child
-                if call is not None:
-                    rows.append(_call_row(call, config.masked_logp, stops, encoded))
-    return rows
+                yield turn.reply.kind, (turn.prompt_ids.tolist(), response, choices)
+            for kind, call in (("rubric", node.rubric_call), ("grade", node.grade_call)):  # SERA: a child's
+                if call is not None and (turns or kind == "grade"):  # reference rubric and grade
+                    yield kind, _call_row(call, config.masked_logp, stops, encoded)
 
 
 def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Callable[..., list[list[int]]]) -> Demo:
@@ -215,4 +219,4 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["both_trees", "grade_rows", "teacher_trees", "tree_demonstrations", "warm_start_tasks"]
+__all__ = ["both_trees", "grade_rows", "teacher_trees", "tree_demonstrations", "tree_rows", "warm_start_tasks"]

@@ -121,7 +121,7 @@ def demonstrations(env: Any, tasks: Sequence[Any], tokenizer: Any, config: Colle
     return rows
 
 
-def _pack(rows: Sequence[Demo], lp: int, lr: int, max_allowed: int) -> StepBatch:
+def pack_demos(rows: Sequence[Demo], lp: int, lr: int, max_allowed: int) -> StepBatch:
     n = len(rows)
     prompt, pmask = np.zeros((n, lp), np.int32), np.zeros((n, lp), bool)
     response, rmask = np.zeros((n, lr), np.int32), np.zeros((n, lr), bool)
@@ -152,14 +152,26 @@ def _sft_step(graphdef, params, opt_state, batch: StepBatch, prefix_p=None, *, t
     return optax.apply_updates(params, updates), opt_state, value
 
 
+def draw_rows(rng: np.random.Generator, n: int, size: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """``size`` row indices of ``n`` drawn with replacement: uniformly (the warm starts' stream since the first), or
+    with probabilities ``weights`` (non-negative, summing to 1)."""
+    if weights is None:
+        return rng.integers(0, n, size)
+    weights = np.asarray(weights, np.float64)
+    if weights.shape != (n,) or (weights < 0).any() or not np.isclose(weights.sum(), 1.0):
+        raise ValueError(f"warm start: row weights must be {n} non-negative numbers summing to 1")
+    return rng.choice(n, size, p=weights)
+
+
 def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: int, loss: LossConfig, *,
                max_allowed: int = 16, every: int = 0, callback: Callable[[int, Qwen], None] | None = None,
-               compact_bucket: int | None = None) -> list[float]:
+               compact_bucket: int | None = None, weights: np.ndarray | None = None) -> list[float]:
     """``ws.steps`` AdamW steps of response NLL on ``rows``, in place on ``model``; returns the loss per step.
     With ``compact_bucket`` each batch is compacted first (:func:`agentjax.train.compact.compact_rows`: the same NLL
     up to float rounding on fewer prompt slots; a tree run's node prompts vary in length).
     With ``every`` > 0, ``callback(step, model)`` runs after every ``every``-th step and the last (``model`` holds
-    that step's weights), e.g. a held-out probe (``experiments/crbc/warmstart_curve.py``)."""
+    that step's weights), e.g. a held-out probe (``experiments/crbc/warmstart_curve.py``). ``weights``: each row's
+    probability of being drawn (default uniform)."""
     if not rows:
         raise ValueError("warm start: no demonstration turns")
     graphdef, params = nnx.split(model, nnx.Param)
@@ -168,8 +180,8 @@ def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: in
     rng = np.random.default_rng(ws.seed)
     losses = []
     for _ in range(ws.steps):
-        pick = rng.integers(0, len(rows), ws.batch_size)
-        batch = _pack([rows[i] for i in pick], lp, lr, max_allowed)
+        pick = draw_rows(rng, len(rows), ws.batch_size, weights)
+        batch = pack_demos([rows[i] for i in pick], lp, lr, max_allowed)
         prefix_p = None
         if compact_bucket is not None:
             batch, prefix_p = compact_rows(batch, compact_bucket)
@@ -195,8 +207,8 @@ def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
     # failure_grades off: the key the warm starts built before that field existed have
-    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k not in ("failure_grades", "grader_steps")
-                                                                        or v)}
+    fields = {k: v for k, v in vars(ws).items()
+              if k != "cache_dir" and (k not in ("failure_grades", "grader_steps", "grader_replay") or v)}
     parts = [fields, dataclasses.asdict(run.train.model), run.env,
              run.env_kwargs,
              [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
@@ -252,31 +264,46 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     t0 = time.perf_counter()
     arch = run.train.model.arch
     ckpt = run.train.model.checkpoint
-    model = load_hf(ckpt, config=arch) if ckpt else Qwen(arch, rngs=nnx.Rngs(ws.seed))
-    rows = _demonstrations(run, tokenizer)
     episodes = min(ws.episodes, len(run.spec.tasks(run.spec.train_split)))
     ro = run.train.rollout
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
     lr = ro.response_len if run.rubric_collect is None else max(ro.response_len, run.tree.rubric_tokens,
                                                                  run.tree.grade_tokens)  # SERA: rubric rows
     bucket = TREE_COMPACT_BUCKET if run.tree is not None else None
-    losses = supervised(model, rows, ws, ro.prompt_len, lr, loss, max_allowed=run.collect.max_allowed,
-                        compact_bucket=bucket)
-    grader = {}
-    if ws.grader_steps and run.rubric_collect is not None:  # SERA: a grader phase on grade rows only
+    grader: dict[str, Any] = {}
+    if ws.grader_steps and run.rubric_collect is not None:  # SERA: a grader phase after the main steps, which are
+        # the warm start without it (the same rows, seed and steps): loaded from its cache, built there first if not
         from agentjax.train.tree_warmstart import grade_rows, warm_start_tasks
 
+        main = warm_start_folder(run.replace(warm_start=dataclasses.replace(ws, grader_steps=0, grader_replay=0.0)),
+                                 tokenizer)
+        with open(os.path.join(main, "warmstart.json")) as f:
+            main_record = json.load(f)
+        model, losses, turns = load_hf(main, config=arch), main_record["losses"], main_record["turns"]
         grades, labels = grade_rows(run, warm_start_tasks(run), tokenizer)
-        g_losses = supervised(model, grades, dataclasses.replace(ws, steps=ws.grader_steps), ro.prompt_len, lr, loss,
-                              max_allowed=run.collect.max_allowed, compact_bucket=bucket)
-        grader = {"grader_rows": len(grades), "grader_successes": sum(labels), "grader_losses": g_losses}
+        mixed, weights = grades, None
+        if ws.grader_replay:  # rehearsal: a grader_replay share of each batch from the main rows
+            rows = _demonstrations(run, tokenizer)
+            mixed = grades + rows
+            weights = np.concatenate([np.full(len(grades), (1 - ws.grader_replay) / len(grades)),
+                                      np.full(len(rows), ws.grader_replay / len(rows))])
+        g_losses = supervised(model, mixed, dataclasses.replace(ws, steps=ws.grader_steps), ro.prompt_len, lr, loss,
+                              max_allowed=run.collect.max_allowed, compact_bucket=bucket, weights=weights)
+        grader = {"main_steps_from": os.path.basename(main), "grader_rows": len(grades),
+                  "grader_successes": sum(labels), "grader_losses": g_losses}
+    else:
+        model = load_hf(ckpt, config=arch) if ckpt else Qwen(arch, rngs=nnx.Rngs(ws.seed))
+        rows = _demonstrations(run, tokenizer)
+        turns = len(rows)
+        losses = supervised(model, rows, ws, ro.prompt_len, lr, loss, max_allowed=run.collect.max_allowed,
+                            compact_bucket=bucket)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
     try:
         save_hf(model, tmp)
         with open(os.path.join(tmp, "warmstart.json"), "w") as f:
             json.dump({"warm_start": {k: v for k, v in vars(ws).items() if k != "cache_dir"}, "env": run.env,
-                       "episodes": episodes, "turns": len(rows), "loss_first": losses[0], "loss_last": losses[-1],
+                       "episodes": episodes, "turns": turns, "loss_first": losses[0], "loss_last": losses[-1],
                        "losses": losses, "seconds": time.perf_counter() - t0, "built_with": build_info(),
                        "weights_sha256": weights_sha256(tmp), **grader}, f, indent=1)
         if os.path.exists(folder):  # another process finished first: keep its copy
@@ -286,7 +313,7 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log.info("warm start: %d turns, NLL %.3f -> %.3f, saved to %s", len(rows), losses[0], losses[-1], folder)
+    log.info("warm start: %d turns, NLL %.3f -> %.3f, saved to %s", turns, losses[0], losses[-1], folder)
     _record_agreement(folder, run, tokenizer)
     return folder
 

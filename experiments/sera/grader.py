@@ -53,17 +53,24 @@ def policies(run) -> list[tuple[str, str, Callable[[], Any]]]:
 
 
 def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
-    """The grader probe of the policy ``load()`` returns, cached in ``path`` (a result made with ``tasks`` tasks)."""
-    from agentjax.train.grader_probe import grader_agreement
+    """The grader probe and the planner fit (``fit/...``) of the policy ``load()`` returns, cached in ``path`` (a
+    result made with ``tasks`` tasks; a cached probe without the fit gets it added)."""
+    from agentjax.train.grader_probe import grader_agreement, planner_fit
 
+    result: dict = {}
     if os.path.isfile(path):
         with open(path) as f:
             result = json.load(f)
-        if result.get("tasks") == tasks:
-            return result
-    t0 = time.perf_counter()
-    result = grader_agreement(run, load(), load_tokenizer(run.tokenizer), tasks=tasks)
-    result["seconds"] = time.perf_counter() - t0
+        if result.get("tasks") != tasks:
+            result = {}
+    if result and "fit/all/p_reply" in result:
+        return result
+    model, tokenizer = load(), load_tokenizer(run.tokenizer)
+    if not result:
+        t0 = time.perf_counter()
+        result = grader_agreement(run, model, tokenizer, tasks=tasks)
+        result["seconds"] = time.perf_counter() - t0
+    result |= {f"fit/{k}": v for k, v in planner_fit(run, model, tokenizer, tasks=tasks).items()}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     return result
@@ -73,10 +80,14 @@ def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int)
     head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x a planner and an "
             "early-finish tree)\n\n"
             f"Made by `{command}`; what is measured: agentjax/train/grader_probe.py. Balanced accuracy and AUC are "
-            "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches.\n\n"
+            "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches. The "
+            "last two columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "
+            "the mean probability of the planner's reply to each turn (all turns; act turns), the rate at which "
+            "temperature-1 sampling reproduces it.\n\n"
             "| method | policy | children (successes) | pass rate on successes | fail rate on failures | "
-            "balanced accuracy | AUC | agreement | majority | rubric / grade parse failures |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+            "balanced accuracy | AUC | agreement | majority | rubric / grade parse failures | planner turns: "
+            "π(planner's reply) | act turns |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for method, label, r in rows:
         lines.append(f"| {method} | {label} | {int(r['children'])} ({int(r['successes'])}) | "
@@ -84,7 +95,8 @@ def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int)
                      f"{r['fail_rate']:.2f} ± {r['fail_rate_se']:.2f} | "
                      f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | "
                      f"{r['agreement']:.3f} | {r['majority']:.3f} | {int(r.get('rubric/failures', 0))} / "
-                     f"{int(r.get('grade/failures', 0))} |")
+                     f"{int(r.get('grade/failures', 0))} | {r['fit/all/p_reply']:.3f} ({int(r['fit/all/turns'])}) | "
+                     f"{r['fit/act/p_reply']:.3f} ({int(r['fit/act/turns'])}) |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -52,18 +52,22 @@ ENV = "textcraft_synth"
 ARMS: dict[str, tuple[str, tuple[int, int, int]]] = {
     "rao": ("rao", (1, 0, 0)), "rao_d": ("rao", (3, 1, 0)), "sera": ("sera", (3, 1, 1)),
     "sera_wo_d": ("sera", (3, 0, 1)), "sera_wo_rt": ("sera", (3, 1, 0)), "sera_exec": ("sera", (1, 0, 0)),
-    "sera_fg": ("sera", (3, 1, 1)), "sera_gw": ("sera", (3, 1, 1))}
-# SERA whose warm start also shows the grader children that finished undone (WarmStart.failure_grades): the planner
-# trees' grades are all successes, and a grader taught by them alone passes whatever finishes. Not in the default
-# set of runs (the committed tiny tables were made before it).
-FAILURE_GRADES = ("sera_fg",)
-# SERA whose warm start ends with GRADER_STEPS steps on grade rows only (WarmStart.grader_steps: the planner and
-# early-finish trees' grades, successes and failures): its grader reads the child (results/<name>_grader_sft.md,
-# results/<name>_grader.md). Not in the default set either.
-GRADER_WARM = ("sera_gw",)
+    "sera_fg": ("sera", (3, 1, 1)), "sera_gw": ("sera", (3, 1, 1)), "sera_gwr": ("sera", (3, 1, 1))}
 GRADER_STEPS = 100
-METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm not in ("rao", *FAILURE_GRADES, *GRADER_WARM)))
-ALL_METHODS = (*METHODS, *FAILURE_GRADES, *GRADER_WARM)
+GRADER_REPLAY = 0.5
+# SERA arms whose warm start differs from SERA's (its WarmStart fields; everything else is SERA's). The planner
+# trees' grades are all successes, and a tiny grader taught by them alone passes every child (results/<name>_grader.md).
+# sera_fg: the early-finish trees' grades (mostly failures) among the main steps' rows (WarmStart.failure_grades).
+# sera_gw: GRADER_STEPS steps on grade rows only after the main steps (WarmStart.grader_steps): its grader reads the
+# child, and its acting policy pays for it (the held-out planner fit in results/sync_grader.md).
+# sera_gwr: the same grader phase with half of each batch from the main rows (WarmStart.grader_replay, rehearsal).
+# None of them is in the default set of runs (the committed tiny tables were made before them).
+WARM_VARIANTS: dict[str, dict[str, object]] = {
+    "sera_fg": {"failure_grades": True},
+    "sera_gw": {"grader_steps": GRADER_STEPS},
+    "sera_gwr": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY}}
+METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm not in ("rao", *WARM_VARIANTS)))
+ALL_METHODS = (*METHODS, *WARM_VARIANTS)
 SEEDS = (0, 1, 2)
 EVAL_SPLIT = "val_easy_medium"
 EVAL_TASKS = 16
@@ -78,8 +82,7 @@ WARM_START = WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-
 def _common(run: RunConfig, method: str, seed: int, results: str, updates: int | None) -> RunConfig:
     base = ARMS[method][0] if method in ARMS else method  # the arms of one base method share its warm start
     warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", base),
-                               failure_grades=method in FAILURE_GRADES,
-                               grader_steps=GRADER_STEPS if method in GRADER_WARM else 0)
+                               **WARM_VARIANTS.get(method, {}))
     return run.replace(train=run.train.replace(seed=seed), eval_split=EVAL_SPLIT, eval_tasks=EVAL_TASKS,
                        eval_seeds=EVAL_SEEDS, updates=updates or UPDATES, eval_every=EVAL_EVERY,
                        checkpoint_every=EVAL_EVERY, progress=False, warm_start=warm,
@@ -136,13 +139,11 @@ def sync_run(seed: int = 0, *, method: str = "rao", results: str = RESULTS, upda
     run = preset("tiny", base, "textworld_sync")
     credit = dataclasses.replace(run.train.credit, stages=stages)
     warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", f"{base}_sync"),
-                               failure_grades=method in FAILURE_GRADES,
-                               grader_steps=GRADER_STEPS if method in GRADER_WARM else 0)
+                               **WARM_VARIANTS.get(method, {}))
     return run.replace(train=run.train.replace(seed=seed, credit=credit), updates=updates, eval_every=updates,
                        checkpoint_every=updates, progress=False, warm_start=warm, eval_split="validation",
                        out_dir=os.path.join(results, "runs", "sync", method, f"seed{seed}"))
 
 
-__all__ = ["ALL_METHODS", "ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "FAILURE_GRADES", "GRADER_STEPS",
-           "GRADER_WARM", "METHODS",
-           "RESULTS", "SEEDS", "smoke_run", "sync_run", "tiny_run"]
+__all__ = ["ALL_METHODS", "ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "GRADER_REPLAY", "GRADER_STEPS",
+           "METHODS", "RESULTS", "SEEDS", "WARM_VARIANTS", "smoke_run", "sync_run", "tiny_run"]

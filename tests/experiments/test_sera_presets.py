@@ -85,17 +85,14 @@ def test_the_ablation_arms_change_the_schedule_only():
     everything else, warm start included, is the base's (SERA with failure grades or a grader phase: all but the warm
     start)."""
     from agentjax.train.config import SERACredit
-    from experiments.sera.presets import ARMS
+    from experiments.sera.presets import ARMS, WARM_VARIANTS
 
     for arm, (base, stages) in ARMS.items():
         run, ref = tiny_run(arm, 2), tiny_run(base, 2)
         assert run.train.credit.stages == stages and type(run.train.credit) is type(ref.train.credit)
         assert dataclasses.replace(run.train.credit, stages=ref.train.credit.stages) == ref.train.credit, arm
         assert run.train.replace(credit=ref.train.credit) == ref.train, arm
-        failure_grades = arm == "sera_fg"  # its warm start adds failure grades (the test below)
-        grader_steps = run.warm_start.grader_steps if arm == "sera_gw" else 0  # a grader phase (the test below)
-        assert run.warm_start == dataclasses.replace(ref.warm_start, failure_grades=failure_grades,
-                                                     grader_steps=grader_steps), arm
+        assert run.warm_start == dataclasses.replace(ref.warm_start, **WARM_VARIANTS.get(arm, {})), arm
         assert run.tree == ref.tree and run.updates == ref.updates
         assert run.out_dir.endswith(os.path.join(arm, "seed2"))
         run.check()
@@ -284,24 +281,34 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
               "balanced_accuracy_se": 0.0, "agreement": 0.7, "agreement_se": 0.14, "majority": 0.7, "auc": 0.5}
     monkeypatch.setattr(agentjax.models, "load_hf", lambda folder, config=None: "weights")
     monkeypatch.setattr(gp, "grader_agreement", lambda run, model, tok, tasks: calls.append(model) or dict(result))
+    fit = {"all/turns": 50.0, "all/nll": 0.2, "all/p_reply": 0.9, "act/turns": 45.0, "act/nll": 0.1,
+           "act/p_reply": 0.95}
+    monkeypatch.setattr(gp, "planner_fit", lambda run, model, tok, tasks: calls.append("fit") or dict(fit))
     folder = cache_folder(tiny_run("sera_exec", 0, results=str(tmp_path)))
     os.makedirs(folder)
     open(os.path.join(folder, "warmstart.json"), "w").write("{}")
     argv = ["--methods", "sera_exec", "sera_wo_d", "--seeds", "0", "--tasks", "4", "--results", str(tmp_path)]
     for _ in range(2):
         assert grader.main(argv) == 0
-    assert calls == ["weights"]  # one warm start, probed once
+    assert calls == ["weights", "fit"]  # one warm start, probed once
     table = open(tmp_path / "tiny_grader.md").read().splitlines()
     assert table[-1].startswith("| sera_exec | warm start `") and "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.500" in \
-        table[-1] and "--methods sera_exec sera_wo_d" in table[2]
+        table[-1] and "--methods sera_exec sera_wo_d" in table[2] and table[-1].endswith("| 0.900 (50) | 0.950 (45) |")
+    path = next(p for p in os.listdir(folder) if p.startswith("grader_probe"))  # a cached probe made before the fit
+    cached = json.load(open(os.path.join(folder, path)))  # existed gets the fit added, not a second probe
+    json.dump({k: v for k, v in cached.items() if not k.startswith("fit/")}, open(os.path.join(folder, path), "w"))
+    assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit"]
 
 
-def test_sera_gw_is_sera_with_a_grader_phase_in_its_warm_start():
+def test_sera_gw_and_gwr_are_sera_with_a_grader_phase_in_its_warm_start():
     from agentjax.train.warmstart import cache_key
-    from experiments.sera.presets import GRADER_STEPS, METHODS
+    from experiments.sera.presets import GRADER_REPLAY, GRADER_STEPS, METHODS
 
     for make in (lambda m: tiny_run(m, 1), lambda m: sync_run(1, method=m)):
-        gw, sera = make("sera_gw"), make("sera")
-        assert gw.warm_start.grader_steps == GRADER_STEPS > 0 and sera.warm_start.grader_steps == 0
-        assert gw.train == sera.train and gw.tree == sera.tree and cache_key(gw) != cache_key(sera)
-    assert "sera_gw" not in METHODS
+        gw, gwr, sera = make("sera_gw"), make("sera_gwr"), make("sera")
+        assert gw.warm_start.grader_steps == gwr.warm_start.grader_steps == GRADER_STEPS > 0
+        assert sera.warm_start.grader_steps == 0 and gw.warm_start.grader_replay == 0
+        assert gwr.warm_start.grader_replay == GRADER_REPLAY > 0
+        assert gw.train == gwr.train == sera.train and gw.tree == gwr.tree == sera.tree
+        assert len({cache_key(gw), cache_key(gwr), cache_key(sera)}) == 3
+    assert "sera_gw" not in METHODS and "sera_gwr" not in METHODS

@@ -144,12 +144,33 @@ def test_a_grader_phase_has_a_key_of_its_own():
     assert cache_key(run.replace(warm_start=dataclasses.replace(ws, grader_steps=0))) == cache_key(run)
     with pytest.raises(ValueError, match="grader_steps"):
         WarmStart(grader_steps=-1)
+    replay = dataclasses.replace(ws, grader_steps=2, grader_replay=0.5)  # rehearsal: a key of its own too
+    assert cache_key(run.replace(warm_start=replay)) != cache_key(run.replace(warm_start=dataclasses.replace(
+        ws, grader_steps=2))) and cache_key(run.replace(warm_start=dataclasses.replace(ws, grader_replay=0.0))) == \
+        cache_key(run)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="grader_replay"):
+            WarmStart(grader_replay=bad)
+
+
+def test_weighted_row_draws():
+    """WarmStart.grader_replay's batches: rows drawn with the given probabilities; no weights keeps the uniform
+    stream every warm start was built with."""
+    from agentjax.train.warmstart import draw_rows
+
+    uniform = draw_rows(np.random.default_rng(3), 10, 8)
+    assert (uniform == np.random.default_rng(3).integers(0, 10, 8)).all()
+    weights = np.r_[np.full(4, 0.5 / 4), np.zeros(2), np.full(4, 0.5 / 4)]
+    picks = draw_rows(np.random.default_rng(0), 10, 4000, weights)
+    assert not np.isin(picks, [4, 5]).any() and abs((picks < 4).mean() - 0.5) < 0.03
+    with pytest.raises(ValueError, match="summing to 1"):
+        draw_rows(np.random.default_rng(0), 3, 2, np.array([0.5, 0.2, 0.2]))
 
 
 @pytest.mark.slow  # a warm start's two SFT phases compiled: `make test-slow`
 def test_a_grader_phase_ends_the_warm_start(tmp_path, tokenizer):
     """WarmStart.grader_steps: after the warm start's steps, steps on grade rows only, recorded with their count and
-    losses."""
+    losses; the main steps are the grader-less warm start's, built and cached first, then loaded (not redone)."""
     import json
     import os
 
@@ -161,3 +182,34 @@ def test_a_grader_phase_ends_the_warm_start(tmp_path, tokenizer):
     record = json.load(open(os.path.join(warm_start_folder(graded, tokenizer), "warmstart.json")))
     assert record["grader_rows"] > record["grader_successes"] > 0 and len(record["grader_losses"]) == 2
     assert record["warm_start"]["grader_steps"] == 2
+    from agentjax.train.warmstart import cache_key
+
+    main = graded.replace(warm_start=dataclasses.replace(ws, grader_steps=0))
+    assert record["main_steps_from"] == cache_key(main) and os.path.isdir(tmp_path / "cache" / cache_key(main))
+    main_record = json.load(open(tmp_path / "cache" / cache_key(main) / "warmstart.json"))
+    assert record["losses"] == main_record["losses"] and record["turns"] == main_record["turns"]
+    assert record["weights_sha256"] != main_record["weights_sha256"]
+    replay = graded.replace(warm_start=dataclasses.replace(ws, grader_replay=0.5))  # rehearsal: the same phase, mixed
+    record = json.load(open(os.path.join(warm_start_folder(replay, tokenizer), "warmstart.json")))
+    assert len(record["grader_losses"]) == 2 and record["warm_start"]["grader_replay"] == 0.5
+
+
+@pytest.mark.slow  # a tiny model's forward on a held-out planner tree, twice
+def test_planner_fit_scores_each_held_out_planner_turn(tokenizer):
+    """The acting probe: every turn of the held-out planner trees scored once, by reply kind; a row's score does not
+    depend on the batch it is packed in (padding rows are dropped)."""
+    from flax import nnx
+
+    from agentjax.models import Qwen
+    from agentjax.train.grader_probe import planner_fit
+
+    run = preset("tiny", "sera", "textworld_sync")
+    model = Qwen(run.train.model.arch, rngs=nnx.Rngs(0))
+    fit = planner_fit(run, model, tokenizer, tasks=1)
+    one = planner_fit(run, model, tokenizer, tasks=1, batch_size=1)
+    kinds = {k.split("/")[0] for k in fit} - {"all"}
+    assert {"act", "delegate"} <= kinds and "grade" not in kinds and "rubric" not in kinds
+    assert fit["all/turns"] == sum(fit[f"{k}/turns"] for k in kinds) > 0
+    for k in fit:
+        assert fit[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6), k
+    assert 0 < fit["all/p_reply"] < 1 and fit["all/nll"] > 0  # a random policy: the planner's replies are unlikely
