@@ -250,6 +250,11 @@ class TextWorldTreeWorld:
         decoder's finish)."""
         return f"<finish>{self.config.finish_message}</finish>"
 
+    def idle_reply(self) -> str:
+        """A reply that changes nothing in the world (``look around``): a stalled child's
+        (:func:`agentjax.train.tree_warmstart.teacher_trees`)."""
+        return "<action>look around</action>"
+
     def admissible(self, tree: Tree, node: Node) -> list[str]:
         """For constrained decoding: the subtask planner's next command for the node's goal (the whole task when
         the goal names no dish nor ingredient; the inventory lookup when it would wait), the inventory lookup,

@@ -4,20 +4,25 @@ The flat runs' warm start is checked by :mod:`agentjax.train.probe` (agreement w
 policy has a second role to check before RL: the grader whose scores become its children's execution rewards. A
 grader that passes whatever finishes (or fails everything) gives a reward that does not depend on what the child
 did. :func:`grader_agreement` measures it on children whose outcome is known and mixed: on held-out tasks (the
-run's eval split's first ones) the env's planner plays two trees per task
-(:func:`~agentjax.train.tree_warmstart.teacher_trees`): a planner tree, whose children do their subtasks, and an
-early-finish tree, whose delegated children finish after ``id % 3`` of the planner's turns and mostly fail. The
-probed policy writes each child's rubric (the run's :class:`~agentjax.rollout.tree_rubrics.RubricConfig`:
-temperature 1, constrained where the run is) and grades each finished child with it at temperature 0, exactly as
-in training; the verifier (TextCraft-Synth's program check, TextWorld-Sync's judge) labels every child.
+run's eval split's first ones) the env's planner plays a tree per way its children may play
+(:func:`~agentjax.train.tree_warmstart.labelled_trees`): a planner tree, whose children do their subtasks; an
+early-finish tree, whose delegated children finish after ``id % 3`` of the planner's turns and mostly fail; and,
+where the run's grader is asked about children that did not finish (TextWorld-Sync, as its judge), a stalled
+tree, whose children idle after those turns until their turns or the world run out. The probed policy writes each
+child's rubric (the run's :class:`~agentjax.rollout.tree_rubrics.RubricConfig`: temperature 1, constrained where
+the run is) and grades each child it is asked about with it at temperature 0, exactly as in training; the verifier
+(TextCraft-Synth's program check, TextWorld-Sync's judge) labels every child.
 
-Reported over the finished children with a label and a grade that parsed: ``pass_rate`` on the verifier's
+Reported over the graded children with a label and a grade that parsed: ``pass_rate`` on the verifier's
 successes, ``fail_rate`` on its failures, ``balanced_accuracy`` (their mean; 0.5 for any grader that ignores the
 child, whatever it says, since it gives every child the same flag distribution), ``agreement`` and ``majority``
 (the larger label share: what a constant grader reaches), ``auc`` of the final score against the label (ties
-count one half; 0.5 for a constant score), binomial standard errors, the counts, and the rubric and grade calls
-that failed to parse. The children the run's grader is not asked about are not counted (TextCraft-Synth's that did
-not finish, scored 0 without a call; TextWorld-Sync's grader is asked about every child, as its judge).
+count one half; 0.5 for a constant score), binomial standard errors, the counts, each failure tree's fail rate
+(``early_finish/fail_rate``, ``stall/fail_rate``), and the rubric and grade calls that failed to parse. The
+stalled tree is there because the early-finish failures are short and the planner's successes long, so a grader
+keyed on the trajectory's length passes the probe without it (the failure-grades warm start's did, and passed the
+policy's own failed children that ran out of turns). The check in the training distribution is a run's saved
+trees' grades against the judge (``experiments/sera/run.py``'s grade table).
 
 :func:`planner_fit` checks the other role on the same held-out tasks: how likely the policy is to reproduce the
 planner's reply at each turn of its trees (the tree runs' counterpart of :mod:`agentjax.train.probe`'s agreement
@@ -39,23 +44,25 @@ GRADER_TASKS = 16  # held-out tasks (the eval split's first ones); two teacher t
 
 
 def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence[Any], key: jax.Array
-                    ) -> tuple[list[tuple[bool, bool, float]], dict[str, float]]:
-    """``(verifier label, grade's success flag, grade's final score)`` of every labelled, graded child of the
-    planner and early-finish trees of ``tasks``, and the summed rubric counters (``rubric/...``, ``grade/...``).
-    A task whose planner tree does not fit is skipped (logged), as in the warm start."""
+                    ) -> tuple[list[tuple[bool, bool, float, str]], dict[str, float]]:
+    """``(verifier label, grade's success flag, grade's final score, tree)`` of every labelled, graded child of the
+    planner and failure trees of ``tasks`` (``tree``: how its children played, ``tree_warmstart.CHILDREN``; the
+    stalled tree where the run's grader is asked about unfinished children), and the summed rubric counters
+    (``rubric/...``, ``grade/...``). A task whose planner tree does not fit is skipped (logged), as in the warm
+    start."""
     from agentjax.rollout.tree_collect import tree_stats
-    from agentjax.train.tree_warmstart import both_trees
+    from agentjax.train.tree_warmstart import labelled_trees
 
-    out: list[tuple[bool, bool, float]] = []
+    out: list[tuple[bool, bool, float, str]] = []
     counts: dict[str, float] = {}
-    for rollouts in both_trees(run, tasks, tokenizer, grader=grader, key=key):
+    for children, rollouts in labelled_trees(run, tasks, tokenizer, stall=True, grader=grader, key=key):
         stats = tree_stats(rollouts)
         for name in ("rubric/requests", "rubric/failures", "grade/requests", "grade/failures", "grade/unfinished"):
             counts[name] = counts.get(name, 0.0) + float(stats.get(name, 0.0))
         for tree in rollouts.trees:
             for node in tree.nodes[1:]:
                 if node.label is not None and node.grade is not None:
-                    out.append((bool(node.label), bool(node.grade.success), float(node.grade.final_score)))
+                    out.append((bool(node.label), bool(node.grade.success), float(node.grade.final_score), children))
     return out, counts
 
 
@@ -76,8 +83,9 @@ def auc(score: np.ndarray, label: np.ndarray) -> float:
     return float(greater + 0.5 * ties)
 
 
-def summarize(children: Sequence[tuple[bool, bool, float]]) -> dict[str, float]:
-    """The probe's numbers (module docstring) from ``(label, success flag, final score)`` triples."""
+def summarize(children: Sequence[tuple[Any, ...]]) -> dict[str, float]:
+    """The probe's numbers (module docstring) from ``(label, success flag, final score, ...)`` tuples; with a fourth
+    field (the tree), also each tree's ``<tree>/children`` and ``<tree>/fail_rate`` on its failures."""
     label = np.array([c[0] for c in children], bool)
     passed = np.array([c[1] for c in children], bool)
     score = np.array([c[2] for c in children], np.float64)
@@ -89,11 +97,22 @@ def summarize(children: Sequence[tuple[bool, bool, float]]) -> dict[str, float]:
             "pass_rate": pass_rate, "pass_rate_se": pass_se, "fail_rate": fail_rate, "fail_rate_se": fail_se,
             "balanced_accuracy": (pass_rate + fail_rate) / 2, "balanced_accuracy_se": math.hypot(pass_se, fail_se) / 2,
             "agreement": agreement, "agreement_se": agreement_se,
-            "majority": max(n_pos, n - n_pos) / n if n else float("nan"), "auc": auc(score, label)}
+            "majority": max(n_pos, n - n_pos) / n if n else float("nan"), "auc": auc(score, label),
+            **_per_tree(children)}
+
+
+def _per_tree(children: Sequence[tuple[Any, ...]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for tree in sorted({c[3] for c in children if len(c) > 3}):
+        failed = [c for c in children if len(c) > 3 and c[3] == tree and not c[0]]
+        out |= {f"{tree}/children": float(sum(1 for c in children if len(c) > 3 and c[3] == tree)),
+                f"{tree}/failures": float(len(failed)),
+                f"{tree}/fail_rate": _rate(sum(1 for c in failed if not c[1]), len(failed))[0]}
+    return out
 
 
 def grader_agreement(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRADER_TASKS,
-                     seed: int = 0) -> dict[str, float]:
+                     seed: int = 0) -> dict[str, Any]:
     """The grader probe of ``model`` under ``run``'s tree and rubric settings on the first ``tasks`` tasks of the
     run's eval split (module docstring). ``run`` must be a SERA run (``run.rubric_collect``)."""
     from agentjax.models import Sampler
@@ -102,7 +121,14 @@ def grader_agreement(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int =
         raise ValueError("grader probe: the run writes no rubrics (a SERA method, e.g. --method sera, has a grader)")
     held_out = run.spec.tasks(run.evaluation_split)[:tasks]
     children, counts = graded_children(run, Sampler(model, tokenizer), tokenizer, held_out, jax.random.key(seed))
-    return {"tasks": float(len(held_out)), **summarize(children), **counts}
+    return {"tasks": float(len(held_out)), "trees": probe_trees(run), **summarize(children), **counts}
+
+
+def probe_trees(run: RunConfig) -> list[str]:
+    """The teacher trees the probe of ``run`` plays per task (module docstring)."""
+    from agentjax.train.tree_warmstart import failure_children
+
+    return ["planner", *failure_children(run, stall=True)]
 
 
 def planner_fit(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRADER_TASKS,
@@ -164,4 +190,5 @@ def describe(probe: dict[str, float]) -> str:
             f"{probe['auc']:.3f}")
 
 
-__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "planner_fit", "summarize"]
+__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "planner_fit", "probe_trees",
+           "summarize"]

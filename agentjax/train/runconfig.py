@@ -145,6 +145,10 @@ class WarmStart:
     # grader phase moves the acting policy too: 100 grade-only steps cut the held-out planner turns' probability
     # from 0.94 to 0.67 on TextWorld-Sync (experiments/sera/results/sync_grader.md, planner fit)
     grader_replay: float = 0.0
+    # SERA on TextWorld-Sync: the failure_grades rows and the grader phase's also grade the children of a stalled tree
+    # (they idle after id % 3 of the planner's turns until their turns or the world run out), so the grader is shown
+    # children that failed without finishing, as the policy's own often do (tree_warmstart.failure_children)
+    stall_grades: bool = False
 
     def __post_init__(self):
         for name in ("episodes", "steps", "batch_size", "learning_rate"):
@@ -152,6 +156,9 @@ class WarmStart:
                 raise ValueError(f"WarmStart.{name} must be > 0, got {getattr(self, name)!r}")
         if self.grader_steps < 0:
             raise ValueError(f"WarmStart.grader_steps must be >= 0, got {self.grader_steps!r}")
+        if self.stall_grades and not (self.failure_grades or self.grader_steps):
+            raise ValueError("WarmStart.stall_grades adds grade rows to failure_grades' or to the grader phase's; set "
+                             "failure_grades=True or grader_steps > 0 with it")
         if not 0.0 <= self.grader_replay < 1.0:
             raise ValueError(f"WarmStart.grader_replay is a share of the grader phase's batches, in [0, 1); got "
                              f"{self.grader_replay!r}")

@@ -53,17 +53,20 @@ log = logging.getLogger(__name__)
 
 Demo = tuple[list[int], list[int], tuple[tuple[int, ...], ...] | None]  # prompt, response, choices per position
 CHUNK = 16  # trees grown per collector call
+CHILDREN = ("planner", "early_finish", "stall")  # how a teacher tree's delegated children play (teacher_trees)
 
 
 def _no_sampling(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("tree warm start: a teacher run samples nothing")
 
 
-def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish: bool = False,
+def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, children: str = "planner",
                   grader: Any = None, key: jax.Array | None = None
                   ) -> tuple[Any, dict[tuple[int, int, int], list[str]]]:
-    """One tree per task of ``tasks`` played by the env's planner (``early_finish``: every delegated child finishes
-    after ``id % 3`` of the planner's turns, module docstring), with the run's reference rubrics and grades, or
+    """One tree per task of ``tasks`` played by the env's planner, its delegated children as ``children`` says
+    (:data:`CHILDREN`: the planner's; ``early_finish``, finishing after ``id % 3`` of the planner's turns;
+    ``stall``, idling after them until their turns or the world run out; module docstring), with the run's
+    reference rubrics and grades, or
     ``grader``'s (a :class:`~agentjax.models.Sampler`: it writes and grades the rubrics, :mod:`.grader_probe`).
     Returns the :class:`~agentjax.rollout.tree_collect.TreeRollouts` and, under ``collect.masked_logp``, each turn's
     admissible replies keyed by (tree group, node id, turn). ``key`` (default ``key(0)``) draws the grader's
@@ -75,9 +78,12 @@ def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early
     reads_world = getattr(teacher, "with_world", False)
     admissible: dict[tuple[int, int, int], list[str]] = {}
 
+    if children not in CHILDREN:
+        raise ValueError(f"teacher trees: children is one of {CHILDREN}, not {children!r}")
+
     def teach(tree, node, world):
-        if early_finish and node.parent != NO_PARENT and len(node.turns) >= node.id % 3:
-            return world.finish_reply()
+        if children != "planner" and node.parent != NO_PARENT and len(node.turns) >= node.id % 3:
+            return world.finish_reply() if children == "early_finish" else world.idle_reply()
         reply = teacher(tree, node, world) if reads_world else teacher(tree, node)
         if config.masked_logp:
             admissible[(tree.group, node.id, len(node.turns))] = world.admissible(tree, node)
@@ -94,11 +100,11 @@ def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early
     return rollouts, admissible
 
 
-def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, early_finish: bool = False) -> list[Demo]:
+def _grow(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, children: str = "planner") -> list[Demo]:
     """The rows of the planner trees of ``tasks`` (one tree each); raises ValueError if one does not fit. With
-    ``early_finish`` only the grade rows of the delegated children (module docstring)."""
-    rollouts, admissible = teacher_trees(run, tasks, tokenizer, early_finish=early_finish)
-    return [row for _, row in tree_rows(run, rollouts, admissible, tokenizer, turns=not early_finish)]
+    other ``children`` only the grade rows of the delegated children (module docstring)."""
+    rollouts, admissible = teacher_trees(run, tasks, tokenizer, children=children)
+    return [row for _, row in tree_rows(run, rollouts, admissible, tokenizer, turns=children == "planner")]
 
 
 def tree_rows(run: RunConfig, rollouts: Any, admissible: dict[tuple[int, int, int], list[str]], tokenizer: Any, *,
@@ -144,33 +150,45 @@ def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Calla
     return call.prompt_ids.tolist(), response, choices
 
 
-def both_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, grader: Any = None,
-               key: jax.Array | None = None) -> Iterator[Any]:
-    """For each task of ``tasks``, the rollouts of its planner tree, then of its early-finish tree
-    (:func:`teacher_trees`; with ``key``, tree ``j`` of task ``i`` draws the grader's rubrics with
-    ``fold_in(key, 2 i + j)``). A task whose planner tree does not fit is skipped (logged)."""
+def failure_children(run: RunConfig, stall: bool) -> tuple[str, ...]:
+    """The teacher trees whose children mostly fail, graded under ``run``: the early-finish tree, and with
+    ``stall`` the stalled one where the run's grader is asked about children that did not finish (TextWorld-Sync;
+    TextCraft-Synth scores those 0 without a call, so a stalled tree has nothing to grade there)."""
+    graded = run.rubric_collect is not None and not run.rubric_collect.require_finish
+    return ("early_finish", "stall") if stall and graded else ("early_finish",)
+
+
+def labelled_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool = False, grader: Any = None,
+                   key: jax.Array | None = None) -> Iterator[tuple[str, Any]]:
+    """For each task of ``tasks``, ``(children, rollouts)`` of its planner tree, then of its failure trees
+    (:func:`failure_children`; :func:`teacher_trees`). With ``key`` the planner and early-finish trees of task
+    ``i`` draw the grader's rubrics with ``fold_in(key, 2 i + j)``, the stalled one with ``fold_in(key, 2**31 +
+    i)``. A task whose planner tree does not fit is skipped (logged)."""
     for i, task in enumerate(tasks):
-        for early_finish in (False, True):
-            sub = None if key is None else jax.random.fold_in(key, 2 * i + early_finish)
+        for j, children in enumerate(("planner", *failure_children(run, stall))):
+            sub = None if key is None else jax.random.fold_in(key, 2 * i + j if j < 2 else 2**31 + i)
             try:
-                rollouts, _ = teacher_trees(run, [task], tokenizer, early_finish=early_finish, grader=grader, key=sub)
+                rollouts, _ = teacher_trees(run, [task], tokenizer, children=children, grader=grader, key=sub)
             except ValueError as e:
                 log.info("task %s skipped: %s", task.task_id, e)
                 break
-            yield rollouts
+            yield children, rollouts
 
 
-def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> tuple[list[Demo], list[bool]]:
-    """The reference grade rows of the graded children of the planner and the early-finish trees of ``tasks`` (a
-    SERA run), with each child's verifier label: grader-only training data (``experiments/sera/grader_sft.py``).
-    A task whose planner tree does not fit is skipped."""
+def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool | None = None
+               ) -> tuple[list[Demo], list[bool]]:
+    """The reference grade rows of the graded children of the planner and failure trees of ``tasks`` (a SERA run;
+    ``stall`` default ``WarmStart.stall_grades``), with each child's verifier label: grader-only training data
+    (the grader phase, ``experiments/sera/grader_sft.py``). A task whose planner tree does not fit is skipped."""
+    if stall is None:
+        stall = run.warm_start is not None and run.warm_start.stall_grades
     config, rows, labels = run.tree_collect, [], []
     cache: dict[str, list[int]] = {}
 
     def encoded(replies: Sequence[str]) -> list[list[int]]:
         return [cache.setdefault(r, list(tokenizer.encode(r, add_special_tokens=False))) for r in replies]
 
-    for rollouts in both_trees(run, tasks, tokenizer):
+    for _, rollouts in labelled_trees(run, tasks, tokenizer, stall=stall):
         for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
             if node.grade_call is not None and node.label is not None:
                 rows.append(_call_row(node.grade_call, config.masked_logp, config.sampling.stop_token_ids, encoded))
@@ -179,10 +197,11 @@ def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> tuple[li
 
 
 def _grow_both(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
-    """The planner trees' rows, then (``WarmStart.failure_grades``, a SERA run) the early-finish trees' grade rows."""
+    """The planner trees' rows, then (``WarmStart.failure_grades``, a SERA run) the failure trees' grade rows."""
     rows = _grow(run, tasks, tokenizer)
     if run.warm_start.failure_grades and run.rubric_collect is not None:
-        rows += _grow(run, tasks, tokenizer, early_finish=True)
+        for children in failure_children(run, run.warm_start.stall_grades):
+            rows += _grow(run, tasks, tokenizer, children=children)
     return rows
 
 
@@ -219,4 +238,5 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["both_trees", "grade_rows", "teacher_trees", "tree_demonstrations", "tree_rows", "warm_start_tasks"]
+__all__ = ["CHILDREN", "failure_children", "grade_rows", "labelled_trees", "teacher_trees", "tree_demonstrations",
+           "tree_rows", "warm_start_tasks"]

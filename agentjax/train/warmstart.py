@@ -206,9 +206,9 @@ def run_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
 def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
-    # failure_grades off: the key the warm starts built before that field existed have
-    fields = {k: v for k, v in vars(ws).items()
-              if k != "cache_dir" and (k not in ("failure_grades", "grader_steps", "grader_replay") or v)}
+    # the SERA grader fields off: the key the warm starts built before those fields existed have
+    later = ("failure_grades", "grader_steps", "grader_replay", "stall_grades")
+    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k not in later or v)}
     parts = [fields, dataclasses.asdict(run.train.model), run.env,
              run.env_kwargs,
              [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
@@ -275,8 +275,9 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
         # the warm start without it (the same rows, seed and steps): loaded from its cache, built there first if not
         from agentjax.train.tree_warmstart import grade_rows, warm_start_tasks
 
-        main = warm_start_folder(run.replace(warm_start=dataclasses.replace(ws, grader_steps=0, grader_replay=0.0)),
-                                 tokenizer)
+        main_ws = dataclasses.replace(ws, grader_steps=0, grader_replay=0.0,
+                                      stall_grades=ws.stall_grades and ws.failure_grades)
+        main = warm_start_folder(run.replace(warm_start=main_ws), tokenizer)
         with open(os.path.join(main, "warmstart.json")) as f:
             main_record = json.load(f)
         model, losses, turns = load_hf(main, config=arch), main_record["losses"], main_record["turns"]

@@ -55,14 +55,15 @@ def policies(run) -> list[tuple[str, str, Callable[[], Any]]]:
 def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
     """The grader probe and the planner fit (``fit/...``) of the policy ``load()`` returns, cached in ``path`` (a
     result made with ``tasks`` tasks; a cached probe without the fit gets it added)."""
-    from agentjax.train.grader_probe import grader_agreement, planner_fit
+    from agentjax.train.grader_probe import grader_agreement, planner_fit, probe_trees
 
     result: dict = {}
     if os.path.isfile(path):
         with open(path) as f:
             result = json.load(f)
-        if result.get("tasks") != tasks:
-            result = {}
+        if (result.get("tasks") != tasks or result.get("trees", ["planner", "early_finish"]) != probe_trees(run)
+                or "early_finish/failures" not in result):
+            result = {}  # made with other tasks or trees (before the stalled tree)
     if result and "fit/all/p_reply" in result:
         return result
     model, tokenizer = load(), load_tokenizer(run.tokenizer)
@@ -85,19 +86,27 @@ def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int)
             "the mean probability of the planner's reply to each turn (all turns; act turns), the rate at which "
             "temperature-1 sampling reproduces it.\n\n"
             "| method | policy | children (successes) | pass rate on successes | fail rate on failures | "
-            "balanced accuracy | AUC | agreement | majority | rubric / grade parse failures | planner turns: "
-            "π(planner's reply) | act turns |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "fail rate: early finish / stalled | balanced accuracy | AUC | agreement | majority | rubric / grade "
+            "parse failures | planner turns: π(planner's reply) | act turns |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for method, label, r in rows:
         lines.append(f"| {method} | {label} | {int(r['children'])} ({int(r['successes'])}) | "
                      f"{r['pass_rate']:.2f} ± {r['pass_rate_se']:.2f} | "
-                     f"{r['fail_rate']:.2f} ± {r['fail_rate_se']:.2f} | "
+                     f"{r['fail_rate']:.2f} ± {r['fail_rate_se']:.2f} | {_by_tree(r)} | "
                      f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | "
                      f"{r['agreement']:.3f} | {r['majority']:.3f} | {int(r.get('rubric/failures', 0))} / "
                      f"{int(r.get('grade/failures', 0))} | {r['fit/all/p_reply']:.3f} ({int(r['fit/all/turns'])}) | "
                      f"{r['fit/act/p_reply']:.3f} ({int(r['fit/act/turns'])}) |")
     return head + "\n".join(lines) + "\n"
+
+
+def _by_tree(r: dict) -> str:
+    def one(tree: str) -> str:
+        n = int(r.get(f"{tree}/failures", 0))
+        return f"{r[f'{tree}/fail_rate']:.2f} ({n})" if n else "—"
+
+    return f"{one('early_finish')} / {one('stall')}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,8 +81,30 @@ def test_a_grader_that_ignores_the_child_is_at_chance(tokenizer, env, passes):
     assert counts["grade/requests"] == s["children"]  # every graded child was labelled
     if env == "textworld_sync":  # graded whether or not they finished, as its judge judges them
         assert counts["grade/unfinished"] == 0
+        assert s["stall/children"] > 0 and s["early_finish/children"] > 0  # a stalled tree too
     else:
-        assert run.rubric_collect.require_finish
+        assert run.rubric_collect.require_finish and "stall/children" not in s  # nothing of it would be graded
+    for tree in ("early_finish", "stall"):
+        if s.get(f"{tree}/failures"):
+            assert s[f"{tree}/fail_rate"] == float(not passes)
+
+
+def test_stalled_children_idle_until_their_turns_or_the_world_run_out(tokenizer):
+    """teacher_trees(children="stall"): each delegated child plays id % 3 of the planner's turns, then only the
+    world's idle reply (TextWorld-Sync: look around); none finishes, and the judge labels them."""
+    from agentjax.agents.tree import Status
+    from agentjax.train.tree_warmstart import teacher_trees
+
+    run = preset("tiny", "sera", "textworld_sync")
+    rollouts, _ = teacher_trees(run, run.spec.tasks(run.evaluation_split)[:3], tokenizer, children="stall")
+    children = [n for t in rollouts.trees for n in t.nodes[1:]]
+    assert children and all(n.status in (Status.EXHAUSTED, Status.ENDED) for n in children)
+    assert any(n.status is Status.EXHAUSTED for n in children) and not all(n.label for n in children)
+    for n in children:
+        assert all(t.reply.text == "<action>look around</action>" for t in n.turns[n.id % 3:])
+        assert n.grade is not None and n.grade.success == bool(n.label)
+    with pytest.raises(ValueError, match="children is one of"):
+        teacher_trees(run, [], tokenizer, children="lazy")
 
 
 def test_textworld_sync_grades_the_children_its_world_ended(tokenizer):
@@ -151,6 +173,29 @@ def test_a_grader_phase_has_a_key_of_its_own():
     for bad in (1.0, -0.1):
         with pytest.raises(ValueError, match="grader_replay"):
             WarmStart(grader_replay=bad)
+    stall = dataclasses.replace(ws, grader_steps=2, stall_grades=True)
+    assert cache_key(run.replace(warm_start=stall)) != cache_key(run.replace(warm_start=dataclasses.replace(
+        ws, grader_steps=2)))
+    with pytest.raises(ValueError, match="stall_grades"):
+        WarmStart(stall_grades=True)  # nothing to add them to
+
+
+def test_stall_grades_add_unfinished_failures_where_they_are_graded(tokenizer):
+    """WarmStart.stall_grades: grade_rows gains the stalled trees' grades (failures among them) on TextWorld-Sync;
+    on TextCraft-Synth an unfinished child is not graded, so the rows are the same."""
+    from agentjax.train.tree_warmstart import grade_rows
+
+    for env in ("textworld_sync", "textcraft_synth"):
+        run = preset("tiny", "sera", env)
+        tasks = run.spec.tasks(run.spec.train_split)[:2]
+        rows, labels = grade_rows(run, tasks, tokenizer, stall=False)
+        more, more_labels = grade_rows(run, tasks, tokenizer, stall=True)
+        rest = iter(zip(more, more_labels, strict=True))  # each task's stalled tree after its other two
+        assert rows and all(any(pair == other for other in rest) for pair in zip(rows, labels, strict=True))
+        if env == "textworld_sync":
+            assert len(more) > len(rows) and sum(more_labels) - sum(labels) < len(more) - len(rows)
+        else:
+            assert more == rows
 
 
 def test_weighted_row_draws():
