@@ -22,7 +22,11 @@ failures): the main steps' grade rows are all successes, and a tiny grader train
 alike (``experiments/sera/results/<name>_grader.md``, ``<name>_grader_sft.md``). Its main steps are the warm start
 without the phase, loaded from its cache (built there first when missing). On grade rows alone the phase also moves
 the acting policy (the planner fit in ``<name>_grader.md``); ``WarmStart.grader_replay`` draws that share of each of
-its batches from the main rows instead (rehearsal).
+its batches from the main rows instead (rehearsal). Early finishes are short and the planner's children long, so a
+grader taught by those two alone may key on length and pass children that fail without finishing;
+``WarmStart.stall_grades`` adds, where such children are graded (TextWorld-Sync), the grades of a third tree per
+task whose children idle after ``id % 3`` planner turns until their turns or the world run out
+(:func:`failure_children`).
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
