@@ -104,9 +104,9 @@ def summarize(children: Sequence[tuple[Any, ...]]) -> dict[str, float]:
 def _per_tree(children: Sequence[tuple[Any, ...]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for tree in sorted({c[3] for c in children if len(c) > 3}):
-        failed = [c for c in children if len(c) > 3 and c[3] == tree and not c[0]]
-        out |= {f"{tree}/children": float(sum(1 for c in children if len(c) > 3 and c[3] == tree)),
-                f"{tree}/failures": float(len(failed)),
+        mine = [c for c in children if c[3:4] == (tree,)]
+        failed = [c for c in mine if not c[0]]
+        out |= {f"{tree}/children": float(len(mine)), f"{tree}/failures": float(len(failed)),
                 f"{tree}/fail_rate": _rate(sum(1 for c in failed if not c[1]), len(failed))[0]}
     return out
 

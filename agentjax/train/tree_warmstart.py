@@ -117,11 +117,7 @@ def tree_rows(run: RunConfig, rollouts: Any, admissible: dict[tuple[int, int, in
     ``turns``) and of each child's reference rubric and grade call ("rubric", "grade"; a SERA run), in tree and
     node order; under ``collect.masked_logp`` each row carries its constrained choices over ``admissible``."""
     config = run.tree_collect
-    stops, cache = config.sampling.stop_token_ids, {}
-
-    def encoded(replies: Sequence[str]) -> list[list[int]]:
-        return [cache.setdefault(r, list(tokenizer.encode(r, add_special_tokens=False))) for r in replies]
-
+    stops, encoded = config.sampling.stop_token_ids, _encoder(tokenizer)
     for tree in rollouts.trees:
         for node in tree.nodes:
             for turn in node.turns if turns else ():
@@ -141,6 +137,19 @@ def tree_rows(run: RunConfig, rollouts: Any, admissible: dict[tuple[int, int, in
             for kind, call in (("rubric", node.rubric_call), ("grade", node.grade_call)):  # SERA: a child's
                 if call is not None and (turns or kind == "grade"):  # reference rubric and grade
                     yield kind, _call_row(call, config.masked_logp, stops, encoded)
+
+
+def _encoder(tokenizer: Any) -> Callable[[Sequence[str]], list[list[int]]]:
+    """Replies -> their token ids (each distinct reply encoded once)."""
+    cache: dict[str, list[int]] = {}
+
+    def encoded(replies: Sequence[str]) -> list[list[int]]:
+        for r in replies:
+            if r not in cache:  # (not setdefault: its default would encode every time)
+                cache[r] = list(tokenizer.encode(r, add_special_tokens=False))
+        return [cache[r] for r in replies]
+
+    return encoded
 
 
 def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Callable[..., list[list[int]]]) -> Demo:
@@ -186,12 +195,7 @@ def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: b
     (the grader phase, ``experiments/sera/grader_sft.py``). A task whose planner tree does not fit is skipped."""
     if stall is None:
         stall = run.warm_start is not None and run.warm_start.stall_grades
-    config, rows, labels = run.tree_collect, [], []
-    cache: dict[str, list[int]] = {}
-
-    def encoded(replies: Sequence[str]) -> list[list[int]]:
-        return [cache.setdefault(r, list(tokenizer.encode(r, add_special_tokens=False))) for r in replies]
-
+    config, rows, labels, encoded = run.tree_collect, [], [], _encoder(tokenizer)
     for _, rollouts in labelled_trees(run, tasks, tokenizer, stall=stall):
         for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
             if node.grade_call is not None and node.label is not None:

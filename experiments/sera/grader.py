@@ -78,8 +78,9 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
 
 
 def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int) -> str:
-    head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x a planner and an "
-            "early-finish tree)\n\n"
+    trees = ("a planner, an early-finish and a stalled tree" if env == "TextWorld-Sync"  # where unfinished
+             else "a planner and an early-finish tree")  # children are graded (grader_probe.probe_trees)
+    head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x {trees})\n\n"
             f"Made by `{command}`; what is measured: agentjax/train/grader_probe.py. Balanced accuracy and AUC are "
             "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches. The "
             "last two columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "

@@ -1,7 +1,8 @@
 """Can the tiny policy learn to grade at all? Supervised steps on grade rows only, then the grader probe.
 
-SERA's tiny warm start's grade rows (433 of its 6,464 rows on TextWorld-Sync) are all successes (with
-``WarmStart.failure_grades`` most are failures), and its grader answers every held-out child the same way
+SERA's tiny warm start's grade rows (433 of its 6,464 rows on TextWorld-Sync) are all successes
+(``WarmStart.failure_grades`` adds the early-finish trees' grades, mostly failures), and its grader answers every
+held-out child the same way
 (``results/<name>_grader.md``). This check gives the grader a fair chance before anyone blames the method: from
 SERA's warm start, ``--steps`` AdamW steps of the warm start's NLL on the reference grade rows of the planner and
 early-finish trees of ``--tasks`` training tasks (successes and failures, as the verifier labels them; batches of

@@ -6,7 +6,7 @@ on TextWorld-Sync.
     python experiments/sera/run.py                       # RAO and GRPO, seeds 0-2 (presets.py: what is matched)
     python experiments/sera/run.py --methods rao --seeds 0
     python experiments/sera/run.py --sync                 # TextWorld-Sync: tiny RAO run, seed 0 (shared world)
-    python experiments/sera/run.py --sync --methods rao sera sera_gw --seeds 0 1 2   # ... SERA (with a grader phase)
+    python experiments/sera/run.py --sync --methods rao sera sera_gwrs --seeds 0 1 2  # ... SERA (+ a grader phase)
     python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
     python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
     python experiments/sera/run.py --methods sera --search 2   # + rubric-guided search on the last checkpoints
