@@ -138,24 +138,43 @@ def planner_fit(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRAD
     forcing (the run's prompts, its constrained choices where ``collect.masked_logp``). Per reply kind (``act``,
     ``delegate``, ``finish``, ... and ``all``): ``<kind>/turns``, ``<kind>/nll`` (mean NLL of a turn's reply,
     nats) and ``<kind>/p_reply`` (mean probability of the planner's whole reply: the rate at which temperature-1
-    sampling reproduces it, turn by turn). A grader phase that costs the acting policy shows up here."""
+    sampling reproduces it, turn by turn); the same for the root's turns and the children's (``root/<kind>/...``,
+    ``child/<kind>/...``); and ``root/p_finish``, ``child/p_finish``: the mean probability of the finish reply at
+    the turns where the planner did not finish (a policy that stops early puts its mass there; over
+    ``<where>/p_finish_turns`` turns, those whose admissible replies hold the finish). A grader phase that costs
+    the acting policy shows up here."""
     import functools
 
     from flax import nnx
 
+    from agentjax.rollout.tree_rubrics import scripted_output
     from agentjax.train.config import LossConfig
-    from agentjax.train.tree_warmstart import teacher_trees, tree_rows
+    from agentjax.train.tree_warmstart import reply_encoder, teacher_trees, turn_row
+    from agentjax.train.tree_worlds import world_factory
     from agentjax.train.update import forward_rows
     from agentjax.train.warmstart import pack_demos
 
-    rows: list[tuple[str, Any]] = []
+    config = run.tree_collect
+    stops = config.sampling.stop_token_ids
+    rows: list[tuple[str, str, Any]] = []  # (the reply's kind, or "finish?": the finish in its place; where; row)
+    encoded = reply_encoder(tokenizer)
     for task in run.spec.tasks(run.evaluation_split)[:tasks]:
         try:
             rollouts, admissible = teacher_trees(run, [task], tokenizer)
         except ValueError:  # no planner tree that fits (as in the warm start)
             continue
-        rows += [(kind, row) for kind, row in tree_rows(run, rollouts, admissible, tokenizer)
-                 if kind not in ("rubric", "grade")]
+        finish = world_factory(run.env, run.env_kwargs)(task).finish_reply()
+        out = scripted_output(tokenizer, [finish], config.max_response_tokens, stops[0] if stops else None)
+        finish_ids = out.tokens_bt[0, :int(out.length_b[0])].tolist()  # as the collector records a reply
+        for tree in rollouts.trees:
+            for node in tree.nodes:
+                where = "root" if node.depth == 0 else "child"
+                for turn in node.turns:
+                    rows.append((turn.reply.kind, where, turn_row(run, encoded, tree, node, turn, admissible)))
+                    offered = not config.masked_logp or finish in admissible[(tree.group, node.id, turn.step)]
+                    if turn.reply.kind != "finish" and offered:
+                        rows.append(("finish?", where,
+                                     turn_row(run, encoded, tree, node, turn, admissible, finish_ids)))
     if not rows:
         raise ValueError("planner fit: no held-out planner tree fits the run's limits")
     loss = LossConfig(logprob_chunk=run.train.loss.logprob_chunk, logprob_remat=run.train.loss.logprob_remat)
@@ -169,16 +188,23 @@ def planner_fit(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRAD
     ro = run.train.rollout
     total = np.zeros(len(rows))
     for start in range(0, len(rows), batch_size):
-        chunk = [row for _, row in rows[start:start + batch_size]]
+        chunk = [row for _, _, row in rows[start:start + batch_size]]
         padded = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape
         batch = pack_demos(padded, ro.prompt_len, ro.response_len, run.collect.max_allowed)
         total[start:start + len(chunk)] = np.asarray(reply_logp(graphdef, params, batch))[:len(chunk)]
-    kinds = np.array([kind for kind, _ in rows])
+    kinds = np.array([kind for kind, _, _ in rows])
+    depth = np.array([where for _, where, _ in rows])
     out: dict[str, float] = {}
-    for kind in ("all", *sorted(set(kinds))):
-        pick = total if kind == "all" else total[kinds == kind]
-        out |= {f"{kind}/turns": float(len(pick)), f"{kind}/nll": float(-pick.mean()),
-                f"{kind}/p_reply": float(np.exp(pick).mean())}
+    for where in ("", "root/", "child/"):
+        at = np.ones(len(rows), bool) if not where else depth == where[:-1]
+        for kind in ("all", *sorted(set(kinds[at]) - {"finish?"})):
+            pick = total[at & (kinds != "finish?") & ((kinds == kind) | (kind == "all"))]
+            out |= {f"{where}{kind}/turns": float(len(pick)), f"{where}{kind}/nll": float(-pick.mean()),
+                    f"{where}{kind}/p_reply": float(np.exp(pick).mean())}
+        if where:
+            pick = total[at & (kinds == "finish?")]
+            out |= {f"{where}p_finish_turns": float(len(pick)),
+                    f"{where}p_finish": float(np.exp(pick).mean()) if len(pick) else float("nan")}
     return out
 
 

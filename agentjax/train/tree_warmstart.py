@@ -117,29 +117,38 @@ def tree_rows(run: RunConfig, rollouts: Any, admissible: dict[tuple[int, int, in
     ``turns``) and of each child's reference rubric and grade call ("rubric", "grade"; a SERA run), in tree and
     node order; under ``collect.masked_logp`` each row carries its constrained choices over ``admissible``."""
     config = run.tree_collect
-    stops, encoded = config.sampling.stop_token_ids, _encoder(tokenizer)
+    stops, encoded = config.sampling.stop_token_ids, reply_encoder(tokenizer)
     for tree in rollouts.trees:
         for node in tree.nodes:
             for turn in node.turns if turns else ():
-                response = turn.response_ids.tolist()
-                choices = None
-                if config.masked_logp:
-                    try:
-                        choices = constrained_choices(encoded(admissible[(tree.group, node.id, turn.step)]), stops,
-                                                      response)
-                    except ValueError:
-                        raise ValueError(f"tree warm start: the planner's reply {turn.reply.text!r} on task "
-                                         f"{tree.task.task_id!r} is not among the node's admissible replies, so the "
-                                         "constrained policy could not emit it; let the world offer the planner's "
-                                         "replies (textcraft_synth: env_kwargs planner_replies=True) or turn "
-                                         "collect.masked_logp off") from None
-                yield turn.reply.kind, (turn.prompt_ids.tolist(), response, choices)
+                yield turn.reply.kind, turn_row(run, encoded, tree, node, turn, admissible)
             for kind, call in (("rubric", node.rubric_call), ("grade", node.grade_call)):  # SERA: a child's
                 if call is not None and (turns or kind == "grade"):  # reference rubric and grade
                     yield kind, _call_row(call, config.masked_logp, stops, encoded)
 
 
-def _encoder(tokenizer: Any) -> Callable[[Sequence[str]], list[list[int]]]:
+def turn_row(run: RunConfig, encoded: Callable[[Sequence[str]], list[list[int]]], tree: Any, node: Any, turn: Any,
+             admissible: dict[tuple[int, int, int], list[str]], response: Sequence[int] | None = None) -> Demo:
+    """The row of ``turn`` of ``node``: its prompt, ``response`` (default the turn's reply, stop token included)
+    and, under ``collect.masked_logp``, the constrained choices over the turn's admissible replies (the response
+    must be one of them). ``encoded``: :func:`reply_encoder`'s."""
+    config = run.tree_collect
+    response = turn.response_ids.tolist() if response is None else list(response)
+    choices = None
+    if config.masked_logp:
+        try:
+            choices = constrained_choices(encoded(admissible[(tree.group, node.id, turn.step)]),
+                                          config.sampling.stop_token_ids, response)
+        except ValueError:
+            raise ValueError(f"tree warm start: the planner's reply {turn.reply.text!r} on task "
+                             f"{tree.task.task_id!r} is not among the node's admissible replies, so the "
+                             "constrained policy could not emit it; let the world offer the planner's "
+                             "replies (textcraft_synth: env_kwargs planner_replies=True) or turn "
+                             "collect.masked_logp off") from None
+    return turn.prompt_ids.tolist(), response, choices
+
+
+def reply_encoder(tokenizer: Any) -> Callable[[Sequence[str]], list[list[int]]]:
     """Replies -> their token ids (each distinct reply encoded once)."""
     cache: dict[str, list[int]] = {}
 
@@ -195,7 +204,7 @@ def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: b
     (the grader phase, ``experiments/sera/grader_sft.py``). A task whose planner tree does not fit is skipped."""
     if stall is None:
         stall = run.warm_start is not None and run.warm_start.stall_grades
-    config, rows, labels, encoded = run.tree_collect, [], [], _encoder(tokenizer)
+    config, rows, labels, encoded = run.tree_collect, [], [], reply_encoder(tokenizer)
     for _, rollouts in labelled_trees(run, tasks, tokenizer, stall=stall):
         for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
             if node.grade_call is not None and node.label is not None:
@@ -247,4 +256,4 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
 
 
 __all__ = ["CHILDREN", "failure_children", "grade_rows", "labelled_trees", "teacher_trees", "tree_demonstrations",
-           "tree_rows", "warm_start_tasks"]
+           "reply_encoder", "tree_rows", "turn_row", "warm_start_tasks"]

@@ -57,14 +57,14 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
     result made with ``tasks`` tasks; a cached probe without the fit gets it added)."""
     from agentjax.train.grader_probe import grader_agreement, planner_fit, probe_trees
 
-    result: dict = {}
+    result: dict = {}  # (a cached probe whose fit lacks the depth split gets the fit again)
     if os.path.isfile(path):
         with open(path) as f:
             result = json.load(f)
         if (result.get("tasks") != tasks or result.get("trees", ["planner", "early_finish"]) != probe_trees(run)
                 or "early_finish/failures" not in result):
             result = {}  # made with other tasks or trees (before the stalled tree)
-    if result and "fit/all/p_reply" in result:
+    if result and "fit/root/p_finish" in result:
         return result
     model, tokenizer = load(), load_tokenizer(run.tokenizer)
     if not result:
@@ -85,11 +85,13 @@ def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int)
             "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches. The "
             "last two columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "
             "the mean probability of the planner's reply to each turn (all turns; act turns), the rate at which "
-            "temperature-1 sampling reproduces it.\n\n"
+            "temperature-1 sampling reproduces it; then the probability of the finish reply at the turns where the "
+            "planner went on, at the root and in the children (a policy that stops early puts its mass there).\n\n"
             "| method | policy | children (successes) | pass rate on successes | fail rate on failures | "
             "fail rate: early finish / stalled | balanced accuracy | AUC | agreement | majority | rubric / grade "
-            "parse failures | planner turns: π(planner's reply) | act turns |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "parse failures | planner turns: π(planner's reply) | act turns | π(finish) where the planner went on: "
+            "root / children |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for method, label, r in rows:
         lines.append(f"| {method} | {label} | {int(r['children'])} ({int(r['successes'])}) | "
@@ -98,7 +100,8 @@ def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int)
                      f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | "
                      f"{r['agreement']:.3f} | {r['majority']:.3f} | {int(r.get('rubric/failures', 0))} / "
                      f"{int(r.get('grade/failures', 0))} | {r['fit/all/p_reply']:.3f} ({int(r['fit/all/turns'])}) | "
-                     f"{r['fit/act/p_reply']:.3f} ({int(r['fit/act/turns'])}) |")
+                     f"{r['fit/act/p_reply']:.3f} ({int(r['fit/act/turns'])}) | {r['fit/root/p_finish']:.3f} / "
+                     f"{r['fit/child/p_finish']:.3f} |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -194,13 +194,16 @@ def search_table(runs: Runs, candidates: int) -> str:
 def grade_table(runs: Runs) -> str | None:
     """How the policy graded the delegated children of the training trees each SERA run saved (``trees/<batch>.json``,
     ``tree.saved_trees`` trees a batch; forks' branches left out), against the verifier's label: the children per
-    (label, what the child's rubric reward was), pooled over seeds. None when no run saved a graded child (RAO, or
-    run folders copied without their trees)."""
+    (label, what the child's rubric reward was), pooled over seeds; then the graded children's pass rates by how
+    the child stopped (finished, out of turns, ended with the world; within 3 turns or after) and label: a grader
+    that reads the child separates the labels within a row, one keyed on how the child stopped does not. None when
+    no run saved a graded child (RAO, or run folders copied without their trees)."""
     from agentjax.train.tree_loop import load_trees, saved_tree_files
 
     kinds = ("graded success", "graded failure", "not finished (0, no call)", "no score")
     counts: dict[str, dict[tuple[int, str], int]] = {}
     scores: dict[str, dict[int, list[float]]] = {}
+    stops: dict[str, dict[tuple[str, int], list[bool]]] = {}  # (how it stopped, label) -> passed, per graded child
     for (method, _), run in runs.items():
         if run.rubric_collect is None or not os.path.isdir(os.path.join(run.out_dir, "trees")):
             continue
@@ -215,6 +218,9 @@ def grade_table(runs: Runs) -> str | None:
                     by[int(node.label), kind] = by.get((int(node.label), kind), 0) + 1
                     if node.score is not None:
                         scores.setdefault(method, {}).setdefault(int(node.label), []).append(node.score)
+                    if node.grade is not None:
+                        how = f"{node.status.value}, {'≤ 3' if len(node.turns) <= 3 else '> 3'} turns"
+                        stops.setdefault(method, {}).setdefault((how, int(node.label)), []).append(node.grade.success)
     if not counts:
         return None
     rows = ["| method | verifier label | " + " | ".join(kinds) + " | mean rubric reward |", "|---" * 7 + "|"]
@@ -224,6 +230,13 @@ def grade_table(runs: Runs) -> str | None:
             rows.append(f"| {method} | {'success' if label else 'failure'} | "
                         + " | ".join(str(by.get((label, k), 0)) for k in kinds)
                         + (f" | {np.mean(rewards):.2f} |" if rewards else " | — |"))
+    rows += ["", "Graded children passed, by how the child stopped (passed / graded):", "",
+             "| method | how the child stopped | verifier success | verifier failure |", "|---|---|---|---|"]
+    for method, by in stops.items():
+        for how in sorted({h for h, _ in by}):
+            rows.append(f"| {method} | {how} | " + " | ".join(
+                f"{sum(by[how, label])} / {len(by[how, label])}" if (how, label) in by else "—"
+                for label in (1, 0)) + " |")
     return "\n".join(rows) + "\n"
 
 

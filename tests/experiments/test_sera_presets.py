@@ -226,18 +226,20 @@ def test_the_report_names_the_command_that_made_it():
 
 def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkeypatch):
     """Children of main trees only (a fork tree's left out), unlabelled ones skipped; a child graded a success earns
-    its score whatever its label, one that did not finish scores 0 without a grade; pooled over seeds."""
+    its score whatever its label, one that did not finish scores 0 without a grade; pooled over seeds; then the
+    graded children's passes by how they stopped and label."""
     import types
 
+    from agentjax.agents.tree import Status
     from agentjax.train import tree_loop
     from experiments.sera.run import grade_table
 
-    def child(label, success=None, score=None):
+    def child(label, success=None, score=None, status=Status.FINISHED, turns=5):
         grade = None if success is None else types.SimpleNamespace(success=success)
-        return types.SimpleNamespace(label=label, grade=grade, score=score)
+        return types.SimpleNamespace(label=label, grade=grade, score=score, status=status, turns=[None] * turns)
 
     root = types.SimpleNamespace(label=None, grade=None, score=None)
-    trees = {0: [types.SimpleNamespace(fork=None, nodes=[root, child(1.0, True, 1.0), child(0.0, True, 0.8),
+    trees = {0: [types.SimpleNamespace(fork=None, nodes=[root, child(1.0, True, 1.0), child(0.0, True, 0.8, turns=2),
                                                          child(0.0, None, 0.0), child(None, True, 1.0)]),
                  types.SimpleNamespace(fork=(0, 1, 1), nodes=[root, child(0.0, False, 0.0)])],
              1: [types.SimpleNamespace(fork=None, nodes=[root, child(0.0, True, 1.0), child(1.0)])]}
@@ -251,7 +253,8 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
     monkeypatch.setattr(tree_loop, "load_trees", lambda out, step: ({}, trees[int(out[-1])]))
     table = grade_table(runs).splitlines()
     assert table[2] == "| sera | success | 1 | 0 | 0 | 1 | 1.00 |"
-    assert table[3] == "| sera | failure | 2 | 0 | 1 | 0 | 0.60 |" and len(table) == 4
+    assert table[3] == "| sera | failure | 2 | 0 | 1 | 0 | 0.60 |" and table[4] == ""
+    assert table[-2:] == ["| sera | finished, > 3 turns | 1 / 1 | 1 / 1 |", "| sera | finished, ≤ 3 turns | — | 1 / 1 |"]
     assert grade_table({("rao", 0): runs["rao", 0]}) is None
 
 
@@ -284,7 +287,7 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     monkeypatch.setattr(agentjax.models, "load_hf", lambda folder, config=None: "weights")
     monkeypatch.setattr(gp, "grader_agreement", lambda run, model, tok, tasks: calls.append(model) or dict(result))
     fit = {"all/turns": 50.0, "all/nll": 0.2, "all/p_reply": 0.9, "act/turns": 45.0, "act/nll": 0.1,
-           "act/p_reply": 0.95}
+           "act/p_reply": 0.95, "root/p_finish": 0.01, "child/p_finish": 0.02}
     monkeypatch.setattr(gp, "planner_fit", lambda run, model, tok, tasks: calls.append("fit") or dict(fit))
     folder = cache_folder(tiny_run("sera_exec", 0, results=str(tmp_path)))
     os.makedirs(folder)
@@ -296,11 +299,14 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     table = open(tmp_path / "tiny_grader.md").read().splitlines()
     row = "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.00 (3) / — | 0.500"  # TextCraft-Synth: no stalled tree
     assert table[-1].startswith("| sera_exec | warm start `") and row in table[-1]
-    assert "--methods sera_exec sera_wo_d" in table[2] and table[-1].endswith("| 0.900 (50) | 0.950 (45) |")
+    assert "--methods sera_exec sera_wo_d" in table[2] and table[-1].endswith("| 0.900 (50) | 0.950 (45) | 0.010 / 0.020 |")
     path = next(p for p in os.listdir(folder) if p.startswith("grader_probe"))  # a cached probe made before the fit
     cached = json.load(open(os.path.join(folder, path)))  # existed gets the fit added, not a second probe
     json.dump({k: v for k, v in cached.items() if not k.startswith("fit/")}, open(os.path.join(folder, path), "w"))
     assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit"]
+    cached = json.load(open(os.path.join(folder, path)))  # one whose fit lacks the depth split: the fit again
+    json.dump({k: v for k, v in cached.items() if k != "fit/root/p_finish"}, open(os.path.join(folder, path), "w"))
+    assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit", "fit"]
 
 
 def test_sera_gw_and_gwr_are_sera_with_a_grader_phase_in_its_warm_start():

@@ -241,8 +241,9 @@ def test_a_grader_phase_ends_the_warm_start(tmp_path, tokenizer):
 
 @pytest.mark.slow  # a tiny model's forward on a held-out planner tree, twice
 def test_planner_fit_scores_each_held_out_planner_turn(tokenizer):
-    """The acting probe: every turn of the held-out planner trees scored once, by reply kind; a row's score does not
-    depend on the batch it is packed in (padding rows are dropped)."""
+    """The acting probe: every turn of the held-out planner trees scored once, by reply kind, and split into the
+    root's and the children's; the finish scored in place of every turn that did not finish (TextWorld-Sync offers it
+    at every turn); a row's score does not depend on the batch it is packed in (padding rows are dropped)."""
     from flax import nnx
 
     from agentjax.models import Qwen
@@ -252,9 +253,15 @@ def test_planner_fit_scores_each_held_out_planner_turn(tokenizer):
     model = Qwen(run.train.model.arch, rngs=nnx.Rngs(0))
     fit = planner_fit(run, model, tokenizer, tasks=1)
     one = planner_fit(run, model, tokenizer, tasks=1, batch_size=1)
-    kinds = {k.split("/")[0] for k in fit} - {"all"}
+    kinds = {k.split("/")[0] for k in fit} - {"all", "root", "child"}
     assert {"act", "delegate"} <= kinds and "grade" not in kinds and "rubric" not in kinds
     assert fit["all/turns"] == sum(fit[f"{k}/turns"] for k in kinds) > 0
+    assert fit["all/turns"] == fit["root/all/turns"] + fit["child/all/turns"] and fit["child/all/turns"] > 0
+    for k in kinds:
+        assert fit[f"{k}/turns"] == fit.get(f"root/{k}/turns", 0) + fit.get(f"child/{k}/turns", 0), k
+    for where in ("root", "child"):
+        assert fit[f"{where}/p_finish_turns"] == fit[f"{where}/all/turns"] - fit.get(f"{where}/finish/turns", 0)
+        assert 0 < fit[f"{where}/p_finish"] < 1
     for k in fit:
         assert fit[k] == pytest.approx(one[k], rel=1e-4, abs=1e-6), k
     assert 0 < fit["all/p_reply"] < 1 and fit["all/nll"] > 0  # a random policy: the planner's replies are unlikely
