@@ -254,7 +254,8 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
     table = grade_table(runs).splitlines()
     assert table[2] == "| sera | success | 1 | 0 | 0 | 1 | 1.00 |"
     assert table[3] == "| sera | failure | 2 | 0 | 1 | 0 | 0.60 |" and table[4] == ""
-    assert table[-2:] == ["| sera | finished, > 3 turns | 1 / 1 | 1 / 1 |", "| sera | finished, ≤ 3 turns | — | 1 / 1 |"]
+    assert table[-2:] == ["| sera | finished, > 3 turns | 1 / 1 | 1 / 1 |",
+                          "| sera | finished, ≤ 3 turns | — | 1 / 1 |"]
     assert grade_table({("rao", 0): runs["rao", 0]}) is None
 
 
@@ -299,7 +300,8 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     table = open(tmp_path / "tiny_grader.md").read().splitlines()
     row = "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.00 (3) / — | 0.500"  # TextCraft-Synth: no stalled tree
     assert table[-1].startswith("| sera_exec | warm start `") and row in table[-1]
-    assert "--methods sera_exec sera_wo_d" in table[2] and table[-1].endswith("| 0.900 (50) | 0.950 (45) | 0.010 / 0.020 |")
+    assert "--methods sera_exec sera_wo_d" in table[2]
+    assert table[-1].endswith("| 0.900 (50) | 0.950 (45) | 0.010 / 0.020 |")
     path = next(p for p in os.listdir(folder) if p.startswith("grader_probe"))  # a cached probe made before the fit
     cached = json.load(open(os.path.join(folder, path)))  # existed gets the fit added, not a second probe
     json.dump({k: v for k, v in cached.items() if not k.startswith("fit/")}, open(os.path.join(folder, path), "w"))
