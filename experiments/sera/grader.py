@@ -83,7 +83,7 @@ def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int)
     head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x {trees})\n\n"
             f"Made by `{command}`; what is measured: agentjax/train/grader_probe.py. Balanced accuracy and AUC are "
             "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches. The "
-            "last two columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "
+            "last three columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "
             "the mean probability of the planner's reply to each turn (all turns; act turns), the rate at which "
             "temperature-1 sampling reproduces it; then the probability of the finish reply at the turns where the "
             "planner went on, at the root and in the children (a policy that stops early puts its mass there).\n\n"
