@@ -41,10 +41,12 @@ from experiments.crbc.report import eval_outcomes, write_report  # noqa: E402
 from experiments.crbc.run import compile_cache, run_all  # noqa: E402
 from experiments.sera.presets import (  # noqa: E402
     ALL_METHODS,
+    ARMS,
     EVAL_SPLIT,
     METHODS,
     RESULTS,
     SEEDS,
+    WARM_VARIANTS,
     smoke_run,
     sync_run,
     tiny_run,
@@ -303,6 +305,17 @@ def finished(runs: Runs) -> Runs:
     return done
 
 
+def pairing(methods: list[str]) -> dict:
+    """The paired column of a report of ``methods`` (``write_report``'s arguments): with flat GRPO among them (the
+    tiny comparison) every method against GRPO; else (an arms report, TextWorld-Sync) each arm against its base
+    method (:data:`ARMS`: SERA's or RAO's), over the seeds where both started from the same policy; an arm with a
+    warm start of its own (:data:`WARM_VARIANTS`) is not paired."""
+    if "grpo" in methods:
+        return {"threshold_method": "grpo"}
+    bases = {m: ARMS[m][0] for m in methods if m in ARMS and m not in WARM_VARIANTS}
+    return {"baselines": bases, "baseline_column": "base arm", "threshold_method": "", "same_start": True}
+
+
 def report(runs: Runs, folder: str, name: str) -> dict:
     runs = finished(runs)
     if not runs:
@@ -317,7 +330,7 @@ def report(runs: Runs, folder: str, name: str) -> dict:
               "episodes, the same episodes and sampling streams at every eval point)\n\n"
               "Mean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE; with one seed there is no "
               f"SE. Made by `{command}`; what is matched between the arms: experiments/sera/presets.py.\n\n")
-    table = write_report(runs, folder, name, header, threshold_method="grpo")
+    table = write_report(runs, folder, name, header, **pairing(list(dict.fromkeys(m for m, _ in runs))))
     starts = starts_section(runs)
     with open(os.path.join(folder, f"{name}_results.md"), "a") as f:
         f.write("\n" + starts)
@@ -429,5 +442,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["EVAL_SPLIT", "cost_table", "grade_table", "main", "report", "report_command", "run_search",
+__all__ = ["EVAL_SPLIT", "cost_table", "grade_table", "main", "pairing", "report", "report_command", "run_search",
            "search_table", "shape_table", "start_label", "starts_section"]

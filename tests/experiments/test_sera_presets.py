@@ -72,6 +72,28 @@ def test_the_report_pairs_a_tree_run_with_a_flat_one(tmp_path):
     assert np.isclose(table["rao"]["train_mean"]["mean"], 0.5) and np.isclose(table["grpo"]["train_mean"]["mean"], 0.5)
 
 
+def test_an_arms_report_pairs_each_arm_with_its_base_where_they_started_alike(tmp_path):
+    """Without GRPO among the runs each arm's paired column is against its base method (SERA's, RAO's), over the
+    seeds whose runs started from the same policy (an arm with a warm start of its own is not paired); the tiny
+    comparison keeps GRPO."""
+    from experiments.sera.run import pairing
+
+    assert pairing(["rao", "grpo", "sera"]) == {"threshold_method": "grpo"}
+    arms = pairing(["rao", "rao_d", "sera", "sera_exec", "sera_fg"])  # sera_fg: a warm start of its own
+    assert arms["baselines"] == {"rao": "rao", "rao_d": "rao", "sera": "sera", "sera_exec": "sera"}
+    runs = {}
+    for method, seed, final, weights in (("sera", 0, [1, 0], "a"), ("sera_exec", 0, [1, 1], "a"),
+                                         ("sera", 1, [0, 0], "b"), ("sera_exec", 1, [1, 1], "c")):
+        out = tmp_path / method / f"seed{seed}"
+        _write_run(out, {0: [[0, 0]], 10: [final]}, "tree/root_success")
+        (out / "initial_policy.json").write_text(json.dumps({"source": "warm_start", "weights_sha256": weights}))
+        runs[method, seed] = dataclasses.make_dataclass("R", ["out_dir"])(str(out))
+    kwargs = {k: v for k, v in arms.items() if k != "baseline_column"}
+    table = summarise(runs, **kwargs)
+    assert table["sera_exec"]["unpaired_seeds"] == [1] and "final_minus_base" not in table["sera"]
+    assert table["sera_exec"]["final_minus_base"]["mean"] == 0.5  # seed 0 only: (1, 1) against (1, 0)
+
+
 def test_pairwise_accuracy_by_hand():
     from experiments.sera.calibration import pairwise_accuracy
 
