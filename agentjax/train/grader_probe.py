@@ -157,15 +157,15 @@ def planner_fit(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRAD
     config = run.tree_collect
     stops = config.sampling.stop_token_ids
     rows: list[tuple[str, str, Any]] = []  # (the reply's kind, or "finish?": the finish in its place; where; row)
-    encoded = reply_encoder(tokenizer)
+    encoded, make_world = reply_encoder(tokenizer), world_factory(run.env, run.env_kwargs)
     for task in run.spec.tasks(run.evaluation_split)[:tasks]:
         try:
             rollouts, admissible = teacher_trees(run, [task], tokenizer)
         except ValueError:  # no planner tree that fits (as in the warm start)
             continue
-        finish = world_factory(run.env, run.env_kwargs)(task).finish_reply()
-        out = scripted_output(tokenizer, [finish], config.max_response_tokens, stops[0] if stops else None)
-        finish_ids = out.tokens_bt[0, :int(out.length_b[0])].tolist()  # as the collector records a reply
+        finish = make_world(task).finish_reply()
+        scripted = scripted_output(tokenizer, [finish], config.max_response_tokens, stops[0] if stops else None)
+        finish_ids = scripted.tokens_bt[0, :int(scripted.length_b[0])].tolist()  # as the collector records a reply
         for tree in rollouts.trees:
             for node in tree.nodes:
                 where = "root" if node.depth == 0 else "child"
