@@ -24,6 +24,14 @@ keyed on the trajectory's length passes the probe without it (the failure-grades
 policy's own failed children that ran out of turns). The check in the training distribution is a run's saved
 trees' grades against the judge (``experiments/sera/run.py``'s grade table).
 
+That check found tiny graders that go by how a child stopped (one passed 10 of the 12 policy children that
+finished after more than 3 turns, 7 of them judge failures: ``experiments/sera/results/sync_grades.md``), which the
+trees above cannot tell from reading the child: each kind of their children stops its own way. :func:`late_finish`
+grades a fourth tree per task whose children idle after ``id % 3`` planner turns and finish at turn
+:data:`~agentjax.train.tree_warmstart.LATE_TURNS`, failures (mostly) that stop as late as the planner's children;
+its fail rate, and its balanced accuracy with the main pass rate, are reported apart (``late_finish/...``), so the
+main numbers stay comparable with earlier probes.
+
 :func:`planner_fit` checks the other role on the same held-out tasks: how likely the policy is to reproduce the
 planner's reply at each turn of its trees (the tree runs' counterpart of :mod:`agentjax.train.probe`'s agreement
 with the oracle), so a grader recipe that costs the acting policy shows up before RL.
@@ -43,19 +51,20 @@ from agentjax.train.runconfig import RunConfig
 GRADER_TASKS = 16  # held-out tasks (the eval split's first ones); two teacher trees each
 
 
-def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence[Any], key: jax.Array
+def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence[Any], key: jax.Array, *,
+                    trees: Sequence[str] | None = None
                     ) -> tuple[list[tuple[bool, bool, float, str]], dict[str, float]]:
     """``(verifier label, grade's success flag, grade's final score, tree)`` of every labelled, graded child of the
-    planner and failure trees of ``tasks`` (``tree``: how its children played, ``tree_warmstart.CHILDREN``; the
-    stalled tree where the run's grader is asked about unfinished children), and the summed rubric counters
-    (``rubric/...``, ``grade/...``). A task whose planner tree does not fit is skipped (logged), as in the warm
-    start."""
+    planner and failure trees of ``tasks``, or of the ``trees`` named (``tree``: how its children played,
+    ``tree_warmstart.CHILDREN``; the stalled tree where the run's grader is asked about unfinished children), and
+    the summed rubric counters (``rubric/...``, ``grade/...``). A task whose planner tree does not fit is skipped
+    (logged), as in the warm start."""
     from agentjax.rollout.tree_collect import tree_stats
     from agentjax.train.tree_warmstart import labelled_trees
 
     out: list[tuple[bool, bool, float, str]] = []
     counts: dict[str, float] = {}
-    for children, rollouts in labelled_trees(run, tasks, tokenizer, stall=True, grader=grader, key=key):
+    for children, rollouts in labelled_trees(run, tasks, tokenizer, stall=True, grader=grader, key=key, trees=trees):
         stats = tree_stats(rollouts)
         for name in ("rubric/requests", "rubric/failures", "grade/requests", "grade/failures", "grade/unfinished"):
             counts[name] = counts.get(name, 0.0) + float(stats.get(name, 0.0))
@@ -64,6 +73,22 @@ def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence
                 if node.label is not None and node.grade is not None:
                     out.append((bool(node.label), bool(node.grade.success), float(node.grade.final_score), children))
     return out, counts
+
+
+def late_finish(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence[Any], key: jax.Array,
+                pass_rate: tuple[float, float]) -> dict[str, float]:
+    """The late-finish check (module docstring) of ``grader`` on the late-finish trees of ``tasks``:
+    ``late_finish/children``, ``/failures``, ``/fail_rate`` (± ``/fail_rate_se``) on the verifier's failures, and
+    ``/balanced_accuracy`` (± ``_se``): its mean with ``pass_rate`` (the main probe's pass rate on successes, ± its
+    SE), the balanced accuracy of a grader whose failures finish as late as its successes. 0.5 for a grader that
+    goes by how a child stopped and passes every late finish."""
+    children, _ = graded_children(run, grader, tokenizer, tasks, key, trees=("late_finish",))
+    failed = [c for c in children if not c[0]]
+    rate, se = _rate(sum(1 for c in failed if not c[1]), len(failed))
+    return {"late_finish/children": float(len(children)), "late_finish/failures": float(len(failed)),
+            "late_finish/fail_rate": rate, "late_finish/fail_rate_se": se,
+            "late_finish/balanced_accuracy": (pass_rate[0] + rate) / 2,
+            "late_finish/balanced_accuracy_se": math.hypot(pass_rate[1], se) / 2}
 
 
 def _rate(hits: int, n: int) -> tuple[float, float]:
@@ -114,14 +139,17 @@ def _per_tree(children: Sequence[tuple[Any, ...]]) -> dict[str, float]:
 def grader_agreement(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRADER_TASKS,
                      seed: int = 0) -> dict[str, Any]:
     """The grader probe of ``model`` under ``run``'s tree and rubric settings on the first ``tasks`` tasks of the
-    run's eval split (module docstring). ``run`` must be a SERA run (``run.rubric_collect``)."""
+    run's eval split, with its late-finish check (module docstring). ``run`` must be a SERA run
+    (``run.rubric_collect``)."""
     from agentjax.models import Sampler
 
     if run.rubric_collect is None:
         raise ValueError("grader probe: the run writes no rubrics (a SERA method, e.g. --method sera, has a grader)")
     held_out = run.spec.tasks(run.evaluation_split)[:tasks]
-    children, counts = graded_children(run, Sampler(model, tokenizer), tokenizer, held_out, jax.random.key(seed))
-    return {"tasks": float(len(held_out)), "trees": probe_trees(run), **summarize(children), **counts}
+    grader, key = Sampler(model, tokenizer), jax.random.key(seed)
+    children, counts = graded_children(run, grader, tokenizer, held_out, key)
+    result = {"tasks": float(len(held_out)), "trees": probe_trees(run), **summarize(children), **counts}
+    return result | late_finish(run, grader, tokenizer, held_out, key, (result["pass_rate"], result["pass_rate_se"]))
 
 
 def probe_trees(run: RunConfig) -> list[str]:
@@ -216,5 +244,5 @@ def describe(probe: dict[str, float]) -> str:
             f"{probe['auc']:.3f}")
 
 
-__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "planner_fit", "probe_trees",
-           "summarize"]
+__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "late_finish", "planner_fit",
+           "probe_trees", "summarize"]

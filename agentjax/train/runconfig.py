@@ -149,6 +149,10 @@ class WarmStart:
     # (they idle after id % 3 of the planner's turns until their turns or the world run out), so the grader is shown
     # children that failed without finishing, as the policy's own often do (tree_warmstart.failure_children)
     stall_grades: bool = False
+    # SERA: the failure_grades rows and the grader phase's also grade the children of a late-finish tree (they idle
+    # after id % 3 of the planner's turns and finish at turn 7, tree_warmstart.LATE_TURNS), failures that stop as late
+    # as the planner's successes: a grader taught without them may go by how a child stopped (grader_probe.late_finish)
+    late_grades: bool = False
 
     def __post_init__(self):
         for name in ("episodes", "steps", "batch_size", "learning_rate"):
@@ -156,9 +160,10 @@ class WarmStart:
                 raise ValueError(f"WarmStart.{name} must be > 0, got {getattr(self, name)!r}")
         if self.grader_steps < 0:
             raise ValueError(f"WarmStart.grader_steps must be >= 0, got {self.grader_steps!r}")
-        if self.stall_grades and not (self.failure_grades or self.grader_steps):
-            raise ValueError("WarmStart.stall_grades adds grade rows to failure_grades' or to the grader phase's; set "
-                             "failure_grades=True or grader_steps > 0 with it")
+        for name in ("stall_grades", "late_grades"):
+            if getattr(self, name) and not (self.failure_grades or self.grader_steps):
+                raise ValueError(f"WarmStart.{name} adds grade rows to failure_grades' or to the grader phase's; set "
+                                 "failure_grades=True or grader_steps > 0 with it")
         if not 0.0 <= self.grader_replay < 1.0:
             raise ValueError(f"WarmStart.grader_replay is a share of the grader phase's batches, in [0, 1); got "
                              f"{self.grader_replay!r}")

@@ -26,7 +26,10 @@ its batches from the main rows instead (rehearsal). Early finishes are short and
 grader taught by those two alone may key on length and pass children that fail without finishing;
 ``WarmStart.stall_grades`` adds, where such children are graded (TextWorld-Sync), the grades of a third tree per
 task whose children idle after ``id % 3`` planner turns until their turns or the world run out
-(:func:`failure_children`).
+(:func:`failure_children`). Each kind of failure then still stops its own way, and a grader may go by that (the
+policy's own late finishes passed: ``sync_grades.md``); ``WarmStart.late_grades`` adds the grades of a tree whose
+children idle after those turns and finish at turn :data:`LATE_TURNS`, failures that stop as late as the planner's
+successes.
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
@@ -57,7 +60,8 @@ log = logging.getLogger(__name__)
 
 Demo = tuple[list[int], list[int], tuple[tuple[int, ...], ...] | None]  # prompt, response, choices per position
 CHUNK = 16  # trees grown per collector call
-CHILDREN = ("planner", "early_finish", "stall")  # how a teacher tree's delegated children play (teacher_trees)
+CHILDREN = ("planner", "early_finish", "stall", "late_finish")  # how a teacher tree's children play (teacher_trees)
+LATE_TURNS = 7  # a late-finish child finishes at this turn (or its budget's last), as the planner's children stop
 
 
 def _no_sampling(*args: Any, **kwargs: Any) -> Any:
@@ -69,8 +73,9 @@ def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, child
                   ) -> tuple[Any, dict[tuple[int, int, int], list[str]]]:
     """One tree per task of ``tasks`` played by the env's planner, its delegated children as ``children`` says
     (:data:`CHILDREN`: the planner's; ``early_finish``, finishing after ``id % 3`` of the planner's turns;
-    ``stall``, idling after them until their turns or the world run out; module docstring), with the run's
-    reference rubrics and grades, or
+    ``stall``, idling after them until their turns or the world run out; ``late_finish``, idling after them and
+    finishing at turn :data:`LATE_TURNS` (or the last of its budget), so that its failures stop as late as the
+    planner's children; module docstring), with the run's reference rubrics and grades, or
     ``grader``'s (a :class:`~agentjax.models.Sampler`: it writes and grades the rubrics, :mod:`.grader_probe`).
     Returns the :class:`~agentjax.rollout.tree_collect.TreeRollouts` and, under ``collect.masked_logp``, each turn's
     admissible replies keyed by (tree group, node id, turn). ``key`` (default ``key(0)``) draws the grader's
@@ -87,7 +92,8 @@ def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, child
 
     def teach(tree, node, world):
         if children != "planner" and node.parent != NO_PARENT and len(node.turns) >= node.id % 3:
-            return world.finish_reply() if children == "early_finish" else world.idle_reply()
+            late = children == "late_finish" and len(node.turns) >= min(LATE_TURNS, node.budget - 1)
+            return world.finish_reply() if children == "early_finish" or late else world.idle_reply()
         reply = teacher(tree, node, world) if reads_world else teacher(tree, node)
         if config.masked_logp:
             admissible[(tree.group, node.id, len(node.turns))] = world.admissible(tree, node)
@@ -172,23 +178,30 @@ def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Calla
     return call.prompt_ids.tolist(), response, choices
 
 
-def failure_children(run: RunConfig, stall: bool) -> tuple[str, ...]:
-    """The teacher trees whose children mostly fail, graded under ``run``: the early-finish tree, and with
-    ``stall`` the stalled one where the run's grader is asked about children that did not finish (TextWorld-Sync;
-    TextCraft-Synth scores those 0 without a call, so a stalled tree has nothing to grade there)."""
+def failure_children(run: RunConfig, stall: bool, late: bool = False) -> tuple[str, ...]:
+    """The teacher trees whose children mostly fail, graded under ``run``: the early-finish tree, with ``stall`` the
+    stalled one where the run's grader is asked about children that did not finish (TextWorld-Sync; TextCraft-Synth
+    scores those 0 without a call, so a stalled tree has nothing to grade there), and with ``late`` the late-finish
+    one."""
     graded = run.rubric_collect is not None and not run.rubric_collect.require_finish
-    return ("early_finish", "stall") if stall and graded else ("early_finish",)
+    return ("early_finish", *(("stall",) if stall and graded else ()), *(("late_finish",) if late else ()))
 
 
-def labelled_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool = False, grader: Any = None,
-                   key: jax.Array | None = None) -> Iterator[tuple[str, Any]]:
+def labelled_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool = False, late: bool = False,
+                   grader: Any = None, key: jax.Array | None = None, trees: Sequence[str] | None = None
+                   ) -> Iterator[tuple[str, Any]]:
     """For each task of ``tasks``, ``(children, rollouts)`` of its planner tree, then of its failure trees
-    (:func:`failure_children`; :func:`teacher_trees`). With ``key`` the planner and early-finish trees of task
-    ``i`` draw the grader's rubrics with ``fold_in(key, 2 i + j)``, the stalled one with ``fold_in(key, 2**31 +
-    i)``. A task whose planner tree does not fit is skipped (logged)."""
+    (:func:`failure_children`; :func:`teacher_trees`), or of the ``trees`` named (:data:`CHILDREN`). With ``key``
+    the trees of task ``i`` draw the grader's rubrics with ``fold_in(key, k)``: ``k`` is ``2 i`` for the planner
+    tree, ``2 i + 1`` for the early-finish one, ``2**31 + i`` for the stalled one and ``2**30 + i`` for the
+    late-finish one. A task whose first tree does not fit is skipped (logged)."""
+    salt = {"planner": lambda i: 2 * i, "early_finish": lambda i: 2 * i + 1, "stall": lambda i: 2**31 + i,
+            "late_finish": lambda i: 2**30 + i}
+    if unknown := set(trees or ()) - set(CHILDREN):
+        raise ValueError(f"labelled trees: trees are among {CHILDREN}, not {sorted(unknown)}")
     for i, task in enumerate(tasks):
-        for j, children in enumerate(("planner", *failure_children(run, stall))):
-            sub = None if key is None else jax.random.fold_in(key, 2 * i + j if j < 2 else 2**31 + i)
+        for children in ("planner", *failure_children(run, stall, late)) if trees is None else trees:
+            sub = None if key is None else jax.random.fold_in(key, salt[children](i))
             try:
                 rollouts, _ = teacher_trees(run, [task], tokenizer, children=children, grader=grader, key=sub)
             except ValueError as e:
@@ -197,15 +210,17 @@ def labelled_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stal
             yield children, rollouts
 
 
-def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool | None = None
-               ) -> tuple[list[Demo], list[bool]]:
+def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool | None = None,
+               late: bool | None = None) -> tuple[list[Demo], list[bool]]:
     """The reference grade rows of the graded children of the planner and failure trees of ``tasks`` (a SERA run;
-    ``stall`` default ``WarmStart.stall_grades``), with each child's verifier label: grader-only training data
-    (the grader phase, ``experiments/sera/grader_sft.py``). A task whose planner tree does not fit is skipped."""
-    if stall is None:
-        stall = run.warm_start is not None and run.warm_start.stall_grades
+    ``stall`` and ``late`` default ``WarmStart.stall_grades`` and ``late_grades``), with each child's verifier label:
+    grader-only training data (the grader phase, ``experiments/sera/grader_sft.py``). A task whose planner tree does
+    not fit is skipped."""
+    ws = run.warm_start
+    stall = (ws is not None and ws.stall_grades) if stall is None else stall
+    late = (ws is not None and ws.late_grades) if late is None else late
     config, rows, labels, encoded = run.tree_collect, [], [], reply_encoder(tokenizer)
-    for _, rollouts in labelled_trees(run, tasks, tokenizer, stall=stall):
+    for _, rollouts in labelled_trees(run, tasks, tokenizer, stall=stall, late=late):
         for node in (n for tree in rollouts.trees for n in tree.nodes[1:]):
             if node.grade_call is not None and node.label is not None:
                 rows.append(_call_row(node.grade_call, config.masked_logp, config.sampling.stop_token_ids, encoded))
@@ -216,8 +231,9 @@ def grade_rows(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: b
 def _grow_both(run: RunConfig, tasks: Sequence[Any], tokenizer: Any) -> list[Demo]:
     """The planner trees' rows, then (``WarmStart.failure_grades``, a SERA run) the failure trees' grade rows."""
     rows = _grow(run, tasks, tokenizer)
-    if run.warm_start.failure_grades and run.rubric_collect is not None:
-        for children in failure_children(run, run.warm_start.stall_grades):
+    ws = run.warm_start
+    if ws.failure_grades and run.rubric_collect is not None:
+        for children in failure_children(run, ws.stall_grades, ws.late_grades):
             rows += _grow(run, tasks, tokenizer, children=children)
     return rows
 
@@ -255,5 +271,5 @@ def tree_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     return rows
 
 
-__all__ = ["CHILDREN", "failure_children", "grade_rows", "labelled_trees", "teacher_trees", "tree_demonstrations",
-           "reply_encoder", "tree_rows", "turn_row", "warm_start_tasks"]
+__all__ = ["CHILDREN", "LATE_TURNS", "failure_children", "grade_rows", "labelled_trees", "reply_encoder",
+           "teacher_trees", "tree_demonstrations", "tree_rows", "turn_row", "warm_start_tasks"]

@@ -207,7 +207,7 @@ def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
     # the SERA grader fields off: the key the warm starts built before those fields existed have
-    later = ("failure_grades", "grader_steps", "grader_replay", "stall_grades")
+    later = ("failure_grades", "grader_steps", "grader_replay", "stall_grades", "late_grades")
     fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k not in later or v)}
     parts = [fields, dataclasses.asdict(run.train.model), run.env,
              run.env_kwargs,
@@ -276,7 +276,8 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
         from agentjax.train.tree_warmstart import grade_rows, warm_start_tasks
 
         main_ws = dataclasses.replace(ws, grader_steps=0, grader_replay=0.0,
-                                      stall_grades=ws.stall_grades and ws.failure_grades)
+                                      stall_grades=ws.stall_grades and ws.failure_grades,
+                                      late_grades=ws.late_grades and ws.failure_grades)
         main = warm_start_folder(run.replace(warm_start=main_ws), tokenizer)
         with open(os.path.join(main, "warmstart.json")) as f:
             main_record = json.load(f)

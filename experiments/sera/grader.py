@@ -3,6 +3,7 @@ start and last checkpoints, on held-out children with known, mixed outcomes -> r
 
     python experiments/sera/grader.py                 # TextCraft-Synth: SERA's warm start, its runs' checkpoints
     python experiments/sera/grader.py --sync --methods sera sera_fg   # TextWorld-Sync
+    python experiments/sera/grader.py --sync --methods sera_gwrsl --no-checkpoints --build   # a new warm start
 
 A policy whose grades ignore the child reaches a balanced accuracy of 0.5 (its pass rate on the verifier's
 successes equals its pass rate on the failures) and an AUC of 0.5, whatever its agreement: a grader that passes
@@ -53,9 +54,13 @@ def policies(run) -> list[tuple[str, str, Callable[[], Any]]]:
 
 
 def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
-    """The grader probe and the planner fit (``fit/...``) of the policy ``load()`` returns, cached in ``path`` (a
-    result made with ``tasks`` tasks; a cached probe without the fit gets it added)."""
-    from agentjax.train.grader_probe import grader_agreement, planner_fit, probe_trees
+    """The grader probe, its late-finish check (``late_finish/...``) and the planner fit (``fit/...``) of the policy
+    ``load()`` returns, cached in ``path`` (a result made with ``tasks`` tasks; a cached probe without the check or
+    the fit gets them added)."""
+    import jax
+
+    from agentjax.models import Sampler
+    from agentjax.train.grader_probe import grader_agreement, late_finish, planner_fit, probe_trees
 
     result: dict = {}  # (a cached probe whose fit lacks the depth split gets the fit again)
     if os.path.isfile(path):
@@ -64,14 +69,19 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
         if (result.get("tasks") != tasks or result.get("trees", ["planner", "early_finish"]) != probe_trees(run)
                 or "early_finish/failures" not in result):
             result = {}  # made with other tasks or trees (before the stalled tree)
-    if result and "fit/root/p_finish" in result:
+    if result and "fit/root/p_finish" in result and "late_finish/failures" in result:
         return result
     model, tokenizer = load(), load_tokenizer(run.tokenizer)
     if not result:
         t0 = time.perf_counter()
         result = grader_agreement(run, model, tokenizer, tasks=tasks)
         result["seconds"] = time.perf_counter() - t0
-    result |= {f"fit/{k}": v for k, v in planner_fit(run, model, tokenizer, tasks=tasks).items()}
+    if "late_finish/failures" not in result:  # the probe's seed-0 key, as grader_agreement's
+        held_out = run.spec.tasks(run.evaluation_split)[:tasks]
+        result |= late_finish(run, Sampler(model, tokenizer), tokenizer, held_out, jax.random.key(0),
+                              (result["pass_rate"], result["pass_rate_se"]))
+    if "fit/root/p_finish" not in result:
+        result |= {f"fit/{k}": v for k, v in planner_fit(run, model, tokenizer, tasks=tasks).items()}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     return result
@@ -80,24 +90,29 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
 def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int) -> str:
     trees = ("a planner, an early-finish and a stalled tree" if env == "TextWorld-Sync"  # where unfinished
              else "a planner and an early-finish tree")  # children are graded (grader_probe.probe_trees)
-    head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x {trees})\n\n"
+    head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x {trees}; a "
+            "late-finish tree apart)\n\n"
             f"Made by `{command}`; what is measured: agentjax/train/grader_probe.py. Balanced accuracy and AUC are "
             "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches. The "
             "last three columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "
             "the mean probability of the planner's reply to each turn (all turns; act turns), the rate at which "
             "temperature-1 sampling reproduces it; then the probability of the finish reply at the turns where the "
-            "planner went on, at the root and in the children (a policy that stops early puts its mass there).\n\n"
+            "planner went on, at the root and in the children (a policy that stops early puts its mass there). The "
+            "late-finish columns grade a fourth tree apart (`grader_probe.late_finish`): children that idle, then "
+            "finish at turn 7, failures that stop as late as the planner's children; its balanced accuracy is its "
+            "fail rate's mean with the pass rate on successes (0.5 for a grader that passes whatever finishes late)."
+            "\n\n"
             "| method | policy | children (successes) | pass rate on successes | fail rate on failures | "
-            "fail rate: early finish / stalled | balanced accuracy | AUC | agreement | majority | rubric / grade "
-            "parse failures | planner turns: π(planner's reply) | act turns | π(finish) where the planner went on: "
-            "root / children |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "fail rate: early finish / stalled | balanced accuracy | AUC | late finish: fail rate | "
+            "balanced accuracy | agreement | majority | rubric / grade parse failures | "
+            "planner turns: π(planner's reply) | act turns | π(finish) where the planner went on: root / children |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for method, label, r in rows:
         lines.append(f"| {method} | {label} | {int(r['children'])} ({int(r['successes'])}) | "
                      f"{r['pass_rate']:.2f} ± {r['pass_rate_se']:.2f} | "
                      f"{r['fail_rate']:.2f} ± {r['fail_rate_se']:.2f} | {_by_tree(r)} | "
-                     f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | "
+                     f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | {_late(r)} | "
                      f"{r['agreement']:.3f} | {r['majority']:.3f} | {int(r.get('rubric/failures', 0))} / "
                      f"{int(r.get('grade/failures', 0))} | {r['fit/all/p_reply']:.3f} ({int(r['fit/all/turns'])}) | "
                      f"{r['fit/act/p_reply']:.3f} ({int(r['fit/act/turns'])}) | {r['fit/root/p_finish']:.3f} / "
@@ -113,14 +128,23 @@ def _by_tree(r: dict) -> str:
     return f"{one('early_finish')} / {one('stall')}"
 
 
+def _late(r: dict) -> str:
+    n = int(r["late_finish/failures"])
+    if not n:
+        return "— (0) | —"
+    return (f"{r['late_finish/fail_rate']:.2f} ± {r['late_finish/fail_rate_se']:.2f} ({n}) | "
+            f"{r['late_finish/balanced_accuracy']:.3f} ± {r['late_finish/balanced_accuracy_se']:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=["sera"], help="SERA arms (default: sera)")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="runs whose last checkpoint to probe")
     parser.add_argument("--sync", action="store_true", help="the TextWorld-Sync runs")
-    parser.add_argument("--tasks", type=int, default=16, help="held-out tasks (two teacher trees each)")
+    parser.add_argument("--tasks", type=int, default=16, help="held-out tasks (a teacher tree per kind of child each)")
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--no-checkpoints", action="store_true", help="the warm starts only")
+    parser.add_argument("--build", action="store_true", help="build the warm starts not cached yet (no RL)")
     args = parser.parse_args(argv)
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(args.results, "runs", ".jax-cache"))
     rows, seen = [], set()
@@ -128,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             run = (sync_run(seed, method=method, results=args.results) if args.sync
                    else tiny_run(method, seed, results=args.results))
+            if args.build:
+                from agentjax.train.warmstart import warm_start_folder
+
+                warm_start_folder(run, load_tokenizer(run.tokenizer))
             for label, path, load in policies(run):
                 if path in seen or (args.no_checkpoints and "warm start" not in label):
                     continue

@@ -107,6 +107,36 @@ def test_stalled_children_idle_until_their_turns_or_the_world_run_out(tokenizer)
         teacher_trees(run, [], tokenizer, children="lazy")
 
 
+@pytest.mark.parametrize("env", ["textcraft_synth", "textworld_sync"])
+def test_late_finish_children_idle_then_finish_as_late_as_the_planners(tokenizer, env):
+    """teacher_trees(children="late_finish"): each delegated child plays id % 3 of the planner's turns, idles, and
+    finishes at turn LATE_TURNS (or its budget's last); they are graded on both envs, mostly failures, and a grader
+    that passes them all is at 0.5 on the late-finish check whatever it does elsewhere."""
+    from agentjax.agents.tree import Status
+    from agentjax.train.grader_probe import late_finish
+    from agentjax.train.tree_warmstart import LATE_TURNS, labelled_trees, teacher_trees
+
+    run = preset("tiny", "sera", env)
+    tasks = run.spec.tasks(run.evaluation_split)[:3]
+    rollouts, _ = teacher_trees(run, tasks, tokenizer, children="late_finish")
+    children = [n for t in rollouts.trees for n in t.nodes[1:]]
+    finished = [n for n in children if n.status is Status.FINISHED]
+    assert finished and sum(not n.label for n in finished) >= len(finished) / 2
+    idle = teacher_trees(run, tasks[:1], tokenizer, children="stall")[0].trees[0].nodes[1].turns[-1].reply.text
+    late = [n for n in finished if n.turns[-1].step > n.id % 3]  # (the planner may finish first: a success)
+    assert late
+    for n in late:
+        assert len(n.turns) == min(LATE_TURNS, n.budget - 1) + 1 > 3
+        assert all(t.reply.text == idle for t in n.turns[n.id % 3:-1]) and n.turns[-1].reply.kind == "finish"
+        assert n.grade is not None and n.grade.success == bool(n.label)
+    for passes in (True, False):
+        check = late_finish(run, ConstantGrader(tokenizer, passes), tokenizer, tasks, jax.random.key(0), (1.0, 0.0))
+        assert check["late_finish/failures"] >= 1 and check["late_finish/fail_rate"] == float(not passes)
+        assert check["late_finish/balanced_accuracy"] == (0.5 if passes else 1.0)  # against a pass rate of 1
+    with pytest.raises(ValueError, match="trees are among"):
+        next(labelled_trees(run, tasks, tokenizer, trees=("lazy",)))
+
+
 def test_textworld_sync_grades_the_children_its_world_ended(tokenizer):
     """Planner trees on TextWorld-Sync end when the last dish is eaten, before the children finish: their grades
     (the warm start's demonstrations) now exist, successes like their labels."""
@@ -178,6 +208,25 @@ def test_a_grader_phase_has_a_key_of_its_own():
         ws, grader_steps=2)))
     with pytest.raises(ValueError, match="stall_grades"):
         WarmStart(stall_grades=True)  # nothing to add them to
+    late = dataclasses.replace(stall, late_grades=True)
+    assert cache_key(run.replace(warm_start=late)) != cache_key(run.replace(warm_start=stall))
+    with pytest.raises(ValueError, match="late_grades"):
+        WarmStart(late_grades=True)
+
+
+def test_late_grades_add_failures_that_finish_late(tokenizer):
+    """WarmStart.late_grades: grade_rows gains each task's late-finish tree's grades after its others (on both envs:
+    those children finish, so they are graded), failures among them."""
+    from agentjax.train.tree_warmstart import grade_rows
+
+    for env in ("textworld_sync", "textcraft_synth"):
+        run = preset("tiny", "sera", env)
+        tasks = run.spec.tasks(run.spec.train_split)[:2]
+        rows, labels = grade_rows(run, tasks, tokenizer, stall=True, late=False)
+        more, more_labels = grade_rows(run, tasks, tokenizer, stall=True, late=True)
+        rest = iter(zip(more, more_labels, strict=True))
+        assert rows and all(any(pair == other for other in rest) for pair in zip(rows, labels, strict=True))
+        assert len(more) > len(rows) and sum(more_labels) - sum(labels) < len(more) - len(rows)
 
 
 def test_stall_grades_add_unfinished_failures_where_they_are_graded(tokenizer):
