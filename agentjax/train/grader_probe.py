@@ -24,9 +24,9 @@ keyed on the trajectory's length passes the probe without it (the failure-grades
 policy's own failed children that ran out of turns). The check in the training distribution is a run's saved
 trees' grades against the judge (``experiments/sera/run.py``'s grade table).
 
-That check found tiny graders that go by how a child stopped (one passed 10 of the 12 policy children that
-finished after more than 3 turns, 7 of them judge failures: ``experiments/sera/results/sync_grades.md``), which the
-trees above cannot tell from reading the child: each kind of their children stops its own way. :func:`late_finish`
+That check found a tiny grader passing the policy's children that finished late (10 of 12 that finished after
+more than 3 turns, 7 of them judge failures: ``experiments/sera/results/sync_grades.md``), which the trees above
+cannot tell from a grader that reads the child: each kind of their children stops its own way. :func:`late_finish`
 grades a fourth tree per task whose children idle after ``id % 3`` planner turns and finish at turn
 :data:`~agentjax.train.tree_warmstart.LATE_TURNS`, failures (mostly) that stop as late as the planner's children;
 its fail rate, and its balanced accuracy with the main pass rate, are reported apart (``late_finish/...``), so the

@@ -26,10 +26,9 @@ its batches from the main rows instead (rehearsal). Early finishes are short and
 grader taught by those two alone may key on length and pass children that fail without finishing;
 ``WarmStart.stall_grades`` adds, where such children are graded (TextWorld-Sync), the grades of a third tree per
 task whose children idle after ``id % 3`` planner turns until their turns or the world run out
-(:func:`failure_children`). Each kind of failure then still stops its own way, and a grader may go by that (the
-policy's own late finishes passed: ``sync_grades.md``); ``WarmStart.late_grades`` adds the grades of a tree whose
-children idle after those turns and finish at turn :data:`LATE_TURNS`, failures that stop as late as the planner's
-successes.
+(:func:`failure_children`). Each kind of failure then still stops its own way, and a grader may go by that;
+``WarmStart.late_grades`` adds the grades of a tree whose children idle after those turns and finish at turn
+:data:`LATE_TURNS`, failures that stop as late as the planner's successes (the grader probe's late-finish check).
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the

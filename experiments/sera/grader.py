@@ -3,7 +3,7 @@ start and last checkpoints, on held-out children with known, mixed outcomes -> r
 
     python experiments/sera/grader.py                 # TextCraft-Synth: SERA's warm start, its runs' checkpoints
     python experiments/sera/grader.py --sync --methods sera sera_fg   # TextWorld-Sync
-    python experiments/sera/grader.py --sync --methods sera_gwrsl --no-checkpoints --build   # a new warm start
+    python experiments/sera/grader.py --sync --methods sera_gwrs --no-checkpoints --build   # warm starts, no RL
 
 A policy whose grades ignore the child reaches a balanced accuracy of 0.5 (its pass rate on the verifier's
 successes equals its pass rate on the failures) and an AUC of 0.5, whatever its agreement: a grader that passes
