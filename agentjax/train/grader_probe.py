@@ -27,10 +27,11 @@ trees' grades against the judge (``experiments/sera/run.py``'s grade table).
 That check found a tiny grader passing the policy's children that finished late (10 of 12 that finished after
 more than 3 turns, 7 of them judge failures: ``experiments/sera/results/sync_grades.md``), which the trees above
 cannot tell from a grader that reads the child: each kind of their children stops its own way. :func:`late_finish`
-grades a fourth tree per task whose children idle after ``id % 3`` planner turns and finish at turn
-:data:`~agentjax.train.tree_warmstart.LATE_TURNS`, failures (mostly) that stop as late as the planner's children;
-its fail rate, and its balanced accuracy with the main pass rate, are reported apart (``late_finish/...``), so the
-main numbers stay comparable with earlier probes.
+grades two more trees per task whose children, after ``id % 3`` planner turns, idle (``late_finish``) or act on
+their goal in ways the world rejects (``busy_finish``, as the policy's own failures that passed did), then finish at
+turn :data:`~agentjax.train.tree_warmstart.LATE_TURNS`: failures (mostly) that stop as late as the planner's
+children. Their fail rates, and balanced accuracies with the main pass rate, are reported apart
+(``late_finish/...``, ``busy_finish/...``), so the main numbers stay comparable with earlier probes.
 
 :func:`planner_fit` checks the other role on the same held-out tasks: how likely the policy is to reproduce the
 planner's reply at each turn of its trees (the tree runs' counterpart of :mod:`agentjax.train.probe`'s agreement
@@ -75,20 +76,26 @@ def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence
     return out, counts
 
 
+LATE_TREES = ("late_finish", "busy_finish")  # the late-finish checks' trees (tree_warmstart.CHILDREN)
+
+
 def late_finish(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence[Any], key: jax.Array,
-                pass_rate: tuple[float, float]) -> dict[str, float]:
-    """The late-finish check (module docstring) of ``grader`` on the late-finish trees of ``tasks``:
-    ``late_finish/children``, ``/failures``, ``/fail_rate`` (± ``/fail_rate_se``) on the verifier's failures, and
-    ``/balanced_accuracy`` (± ``_se``): its mean with ``pass_rate`` (the main probe's pass rate on successes, ± its
-    SE), the balanced accuracy of a grader whose failures finish as late as its successes. 0.5 for a grader that
-    goes by how a child stopped and passes every late finish."""
-    children, _ = graded_children(run, grader, tokenizer, tasks, key, trees=("late_finish",))
-    failed = [c for c in children if not c[0]]
-    rate, se = _rate(sum(1 for c in failed if not c[1]), len(failed))
-    return {"late_finish/children": float(len(children)), "late_finish/failures": float(len(failed)),
-            "late_finish/fail_rate": rate, "late_finish/fail_rate_se": se,
-            "late_finish/balanced_accuracy": (pass_rate[0] + rate) / 2,
-            "late_finish/balanced_accuracy_se": math.hypot(pass_rate[1], se) / 2}
+                pass_rate: tuple[float, float], trees: Sequence[str] = LATE_TREES) -> dict[str, float]:
+    """The late-finish checks (module docstring) of ``grader`` on the ``trees`` of ``tasks`` (:data:`LATE_TREES`),
+    per tree: ``<tree>/children``, ``/failures``, ``/fail_rate`` (± ``/fail_rate_se``) on the verifier's failures,
+    and ``/balanced_accuracy`` (± ``_se``): its mean with ``pass_rate`` (the main probe's pass rate on successes,
+    ± its SE), the balanced accuracy of a grader whose failures finish as late as its successes. 0.5 for a grader
+    that passes every late finish."""
+    out: dict[str, float] = {}
+    for tree in trees:
+        children, _ = graded_children(run, grader, tokenizer, tasks, key, trees=(tree,))
+        failed = [c for c in children if not c[0]]
+        rate, se = _rate(sum(1 for c in failed if not c[1]), len(failed))
+        out |= {f"{tree}/children": float(len(children)), f"{tree}/failures": float(len(failed)),
+                f"{tree}/fail_rate": rate, f"{tree}/fail_rate_se": se,
+                f"{tree}/balanced_accuracy": (pass_rate[0] + rate) / 2,
+                f"{tree}/balanced_accuracy_se": math.hypot(pass_rate[1], se) / 2}
+    return out
 
 
 def _rate(hits: int, n: int) -> tuple[float, float]:
@@ -139,7 +146,7 @@ def _per_tree(children: Sequence[tuple[Any, ...]]) -> dict[str, float]:
 def grader_agreement(run: RunConfig, model: Any, tokenizer: Any, *, tasks: int = GRADER_TASKS,
                      seed: int = 0) -> dict[str, Any]:
     """The grader probe of ``model`` under ``run``'s tree and rubric settings on the first ``tasks`` tasks of the
-    run's eval split, with its late-finish check (module docstring). ``run`` must be a SERA run
+    run's eval split, with its late-finish checks (module docstring). ``run`` must be a SERA run
     (``run.rubric_collect``)."""
     from agentjax.models import Sampler
 
@@ -244,5 +251,5 @@ def describe(probe: dict[str, float]) -> str:
             f"{probe['auc']:.3f}")
 
 
-__all__ = ["GRADER_TASKS", "auc", "describe", "grader_agreement", "graded_children", "late_finish", "planner_fit",
-           "probe_trees", "summarize"]
+__all__ = ["GRADER_TASKS", "LATE_TREES", "auc", "describe", "grader_agreement", "graded_children", "late_finish",
+           "planner_fit", "probe_trees", "summarize"]

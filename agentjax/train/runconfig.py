@@ -149,9 +149,10 @@ class WarmStart:
     # (they idle after id % 3 of the planner's turns until their turns or the world run out), so the grader is shown
     # children that failed without finishing, as the policy's own often do (tree_warmstart.failure_children)
     stall_grades: bool = False
-    # SERA: the failure_grades rows and the grader phase's also grade the children of a late-finish tree (they idle
-    # after id % 3 of the planner's turns and finish at turn 7, tree_warmstart.LATE_TURNS), failures that stop as late
-    # as the planner's successes: a grader taught without them may go by how a child stopped (grader_probe.late_finish)
+    # SERA: the failure_grades rows and the grader phase's also grade the children of a late- and a busy-finish tree
+    # (after id % 3 of the planner's turns they idle, or act on their goal in ways the world rejects, and finish at
+    # turn 7, tree_warmstart.LATE_TURNS): failures that stop as late as the planner's successes
+    # (grader_probe.late_finish)
     late_grades: bool = False
 
     def __post_init__(self):

@@ -27,8 +27,9 @@ grader taught by those two alone may key on length and pass children that fail w
 ``WarmStart.stall_grades`` adds, where such children are graded (TextWorld-Sync), the grades of a third tree per
 task whose children idle after ``id % 3`` planner turns until their turns or the world run out
 (:func:`failure_children`). Each kind of failure then still stops its own way, and a grader may go by that;
-``WarmStart.late_grades`` adds the grades of a tree whose children idle after those turns and finish at turn
-:data:`LATE_TURNS`, failures that stop as late as the planner's successes (the grader probe's late-finish check).
+``WarmStart.late_grades`` adds the grades of two trees whose children, after those turns, idle or act on their goal
+in ways the world rejects, then finish at turn :data:`LATE_TURNS`: failures that stop as late as the planner's
+successes (the grader probe's late-finish checks).
 
 With ``collect.masked_logp`` each row also carries the constrained decoder's choices at every response position,
 over the node's admissible replies at that turn (the world's ``admissible``, recorded as the teacher replies); the
@@ -59,8 +60,9 @@ log = logging.getLogger(__name__)
 
 Demo = tuple[list[int], list[int], tuple[tuple[int, ...], ...] | None]  # prompt, response, choices per position
 CHUNK = 16  # trees grown per collector call
-CHILDREN = ("planner", "early_finish", "stall", "late_finish")  # how a teacher tree's children play (teacher_trees)
-LATE_TURNS = 7  # a late-finish child finishes at this turn (or its budget's last), as the planner's children stop
+# how a teacher tree's delegated children play (teacher_trees)
+CHILDREN = ("planner", "early_finish", "stall", "late_finish", "busy_finish")
+LATE_TURNS = 7  # late- and busy-finish children finish at this turn (or their budget's last), as the planner's stop
 
 
 def _no_sampling(*args: Any, **kwargs: Any) -> Any:
@@ -74,7 +76,8 @@ def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, child
     (:data:`CHILDREN`: the planner's; ``early_finish``, finishing after ``id % 3`` of the planner's turns;
     ``stall``, idling after them until their turns or the world run out; ``late_finish``, idling after them and
     finishing at turn :data:`LATE_TURNS` (or the last of its budget), so that its failures stop as late as the
-    planner's children; module docstring), with the run's reference rubrics and grades, or
+    planner's children; ``busy_finish``, the same with the world's ``busy_reply`` in place of the idle one, an action
+    on its goal the world rejects; module docstring), with the run's reference rubrics and grades, or
     ``grader``'s (a :class:`~agentjax.models.Sampler`: it writes and grades the rubrics, :mod:`.grader_probe`).
     Returns the :class:`~agentjax.rollout.tree_collect.TreeRollouts` and, under ``collect.masked_logp``, each turn's
     admissible replies keyed by (tree group, node id, turn). ``key`` (default ``key(0)``) draws the grader's
@@ -91,8 +94,10 @@ def teacher_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, child
 
     def teach(tree, node, world):
         if children != "planner" and node.parent != NO_PARENT and len(node.turns) >= node.id % 3:
-            late = children == "late_finish" and len(node.turns) >= min(LATE_TURNS, node.budget - 1)
-            return world.finish_reply() if children == "early_finish" or late else world.idle_reply()
+            late = children in ("late_finish", "busy_finish") and len(node.turns) >= min(LATE_TURNS, node.budget - 1)
+            if children == "early_finish" or late:
+                return world.finish_reply()
+            return world.busy_reply(node) if children == "busy_finish" else world.idle_reply()
         reply = teacher(tree, node, world) if reads_world else teacher(tree, node)
         if config.masked_logp:
             admissible[(tree.group, node.id, len(node.turns))] = world.admissible(tree, node)
@@ -180,10 +185,11 @@ def _call_row(call: Any, masked_logp: bool, stops: Sequence[int], encoded: Calla
 def failure_children(run: RunConfig, stall: bool, late: bool = False) -> tuple[str, ...]:
     """The teacher trees whose children mostly fail, graded under ``run``: the early-finish tree, with ``stall`` the
     stalled one where the run's grader is asked about children that did not finish (TextWorld-Sync; TextCraft-Synth
-    scores those 0 without a call, so a stalled tree has nothing to grade there), and with ``late`` the late-finish
-    one."""
+    scores those 0 without a call, so a stalled tree has nothing to grade there), and with ``late`` the late- and
+    busy-finish ones."""
     graded = run.rubric_collect is not None and not run.rubric_collect.require_finish
-    return ("early_finish", *(("stall",) if stall and graded else ()), *(("late_finish",) if late else ()))
+    return ("early_finish", *(("stall",) if stall and graded else ()),
+            *(("late_finish", "busy_finish") if late else ()))
 
 
 def labelled_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stall: bool = False, late: bool = False,
@@ -192,10 +198,11 @@ def labelled_trees(run: RunConfig, tasks: Sequence[Any], tokenizer: Any, *, stal
     """For each task of ``tasks``, ``(children, rollouts)`` of its planner tree, then of its failure trees
     (:func:`failure_children`; :func:`teacher_trees`), or of the ``trees`` named (:data:`CHILDREN`). With ``key``
     the trees of task ``i`` draw the grader's rubrics with ``fold_in(key, k)``: ``k`` is ``2 i`` for the planner
-    tree, ``2 i + 1`` for the early-finish one, ``2**31 + i`` for the stalled one and ``2**30 + i`` for the
-    late-finish one. A task whose first tree does not fit is skipped (logged)."""
+    tree, ``2 i + 1`` for the early-finish one, ``2**31 + i`` for the stalled one, ``2**30 + i`` for the
+    late-finish one and ``2**29 + i`` for the busy-finish one. A task whose first tree does not fit is skipped
+    (logged)."""
     salt = {"planner": lambda i: 2 * i, "early_finish": lambda i: 2 * i + 1, "stall": lambda i: 2**31 + i,
-            "late_finish": lambda i: 2**30 + i}
+            "late_finish": lambda i: 2**30 + i, "busy_finish": lambda i: 2**29 + i}
     if unknown := set(trees or ()) - set(CHILDREN):
         raise ValueError(f"labelled trees: trees are among {CHILDREN}, not {sorted(unknown)}")
     for i, task in enumerate(tasks):

@@ -60,7 +60,7 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
     import jax
 
     from agentjax.models import Sampler
-    from agentjax.train.grader_probe import grader_agreement, late_finish, planner_fit, probe_trees
+    from agentjax.train.grader_probe import LATE_TREES, grader_agreement, late_finish, planner_fit, probe_trees
 
     result: dict = {}  # (a cached probe whose fit lacks the depth split gets the fit again)
     if os.path.isfile(path):
@@ -69,17 +69,18 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
         if (result.get("tasks") != tasks or result.get("trees", ["planner", "early_finish"]) != probe_trees(run)
                 or "early_finish/failures" not in result):
             result = {}  # made with other tasks or trees (before the stalled tree)
-    if result and "fit/root/p_finish" in result and "late_finish/failures" in result:
+    missing = [tree for tree in LATE_TREES if f"{tree}/failures" not in result]
+    if result and "fit/root/p_finish" in result and not missing:
         return result
     model, tokenizer = load(), load_tokenizer(run.tokenizer)
     if not result:
         t0 = time.perf_counter()
         result = grader_agreement(run, model, tokenizer, tasks=tasks)
         result["seconds"] = time.perf_counter() - t0
-    if "late_finish/failures" not in result:  # the probe's seed-0 key, as grader_agreement's
+    if missing := [tree for tree in LATE_TREES if f"{tree}/failures" not in result]:  # grader_agreement's key
         held_out = run.spec.tasks(run.evaluation_split)[:tasks]
         result |= late_finish(run, Sampler(model, tokenizer), tokenizer, held_out, jax.random.key(0),
-                              (result["pass_rate"], result["pass_rate_se"]))
+                              (result["pass_rate"], result["pass_rate_se"]), trees=missing)
     if "fit/root/p_finish" not in result:
         result |= {f"fit/{k}": v for k, v in planner_fit(run, model, tokenizer, tasks=tasks).items()}
     with open(path, "w") as f:
@@ -90,29 +91,31 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
 def table(rows: list[tuple[str, str, dict]], command: str, env: str, tasks: int) -> str:
     trees = ("a planner, an early-finish and a stalled tree" if env == "TextWorld-Sync"  # where unfinished
              else "a planner and an early-finish tree")  # children are graded (grader_probe.probe_trees)
-    head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x {trees}; a "
-            "late-finish tree apart)\n\n"
+    head = (f"# SERA's grader on held-out children ({env}, the eval split's first {tasks} tasks x {trees}; "
+            "late- and busy-finish trees apart)\n\n"
             f"Made by `{command}`; what is measured: agentjax/train/grader_probe.py. Balanced accuracy and AUC are "
             "0.5 for a grader that ignores the child; \"majority\" is what a constant grader's agreement reaches. The "
             "last three columns are the acting policy on the same tasks' planner trees (`grader_probe.planner_fit`): "
             "the mean probability of the planner's reply to each turn (all turns; act turns), the rate at which "
             "temperature-1 sampling reproduces it; then the probability of the finish reply at the turns where the "
             "planner went on, at the root and in the children (a policy that stops early puts its mass there). The "
-            "late-finish columns grade a fourth tree apart (`grader_probe.late_finish`): children that idle, then "
-            "finish at turn 7, failures that stop as late as the planner's children; its balanced accuracy is its "
-            "fail rate's mean with the pass rate on successes (0.5 for a grader that passes whatever finishes late)."
-            "\n\n"
+            "late-finish columns grade two more trees apart (`grader_probe.late_finish`): children that idle, or "
+            "act on their goal in ways the world rejects (busy), then finish at turn 7, failures that stop as late as "
+            "the planner's children; each balanced accuracy is that fail rate's mean with the pass rate on successes "
+            "(0.5 for a grader that passes whatever finishes late).\n\n"
             "| method | policy | children (successes) | pass rate on successes | fail rate on failures | "
-            "fail rate: early finish / stalled | balanced accuracy | AUC | late finish: fail rate | "
-            "balanced accuracy | agreement | majority | rubric / grade parse failures | "
+            "fail rate: early finish / stalled | balanced accuracy | AUC | late finish, idle: fail rate | "
+            "balanced accuracy | late finish, busy: fail rate | balanced accuracy | agreement | majority | "
+            "rubric / grade parse failures | "
             "planner turns: π(planner's reply) | act turns | π(finish) where the planner went on: root / children |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for method, label, r in rows:
         lines.append(f"| {method} | {label} | {int(r['children'])} ({int(r['successes'])}) | "
                      f"{r['pass_rate']:.2f} ± {r['pass_rate_se']:.2f} | "
                      f"{r['fail_rate']:.2f} ± {r['fail_rate_se']:.2f} | {_by_tree(r)} | "
-                     f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | {_late(r)} | "
+                     f"{r['balanced_accuracy']:.3f} ± {r['balanced_accuracy_se']:.3f} | {r['auc']:.3f} | "
+                     f"{_late(r, 'late_finish')} | {_late(r, 'busy_finish')} | "
                      f"{r['agreement']:.3f} | {r['majority']:.3f} | {int(r.get('rubric/failures', 0))} / "
                      f"{int(r.get('grade/failures', 0))} | {r['fit/all/p_reply']:.3f} ({int(r['fit/all/turns'])}) | "
                      f"{r['fit/act/p_reply']:.3f} ({int(r['fit/act/turns'])}) | {r['fit/root/p_finish']:.3f} / "
@@ -128,12 +131,12 @@ def _by_tree(r: dict) -> str:
     return f"{one('early_finish')} / {one('stall')}"
 
 
-def _late(r: dict) -> str:
-    n = int(r["late_finish/failures"])
+def _late(r: dict, tree: str) -> str:
+    n = int(r[f"{tree}/failures"])
     if not n:
         return "— (0) | —"
-    return (f"{r['late_finish/fail_rate']:.2f} ± {r['late_finish/fail_rate_se']:.2f} ({n}) | "
-            f"{r['late_finish/balanced_accuracy']:.3f} ± {r['late_finish/balanced_accuracy_se']:.3f}")
+    return (f"{r[f'{tree}/fail_rate']:.2f} ± {r[f'{tree}/fail_rate_se']:.2f} ({n}) | "
+            f"{r[f'{tree}/balanced_accuracy']:.3f} ± {r[f'{tree}/balanced_accuracy_se']:.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:

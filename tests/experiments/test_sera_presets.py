@@ -314,12 +314,15 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     monkeypatch.setattr(gp, "planner_fit", lambda run, model, tok, tasks: calls.append("fit") or dict(fit))
     late = {"late_finish/children": 6.0, "late_finish/failures": 5.0, "late_finish/fail_rate": 0.2,
             "late_finish/fail_rate_se": 0.18, "late_finish/balanced_accuracy": 0.6,
-            "late_finish/balanced_accuracy_se": 0.09}
+            "late_finish/balanced_accuracy_se": 0.09, "busy_finish/children": 6.0, "busy_finish/failures": 0.0,
+            "busy_finish/fail_rate": float("nan"), "busy_finish/fail_rate_se": float("nan"),
+            "busy_finish/balanced_accuracy": float("nan"), "busy_finish/balanced_accuracy_se": float("nan")}
     monkeypatch.setattr(agentjax.models, "Sampler", lambda model, tok: ("grader", model))
 
-    def late_finish(run, grader, tok, tasks, key, pass_rate):
+    def late_finish(run, grader, tok, tasks, key, pass_rate, trees):
         assert grader == ("grader", "weights") and len(tasks) == 4 and pass_rate == (1.0, 0.0)
-        return calls.append("late") or dict(late)
+        calls.append(("late", *trees))
+        return {k: v for k, v in late.items() if k.split("/")[0] in trees}
 
     monkeypatch.setattr(gp, "late_finish", late_finish)
     folder = cache_folder(tiny_run("sera_exec", 0, results=str(tmp_path)))
@@ -328,23 +331,24 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     argv = ["--methods", "sera_exec", "sera_wo_d", "--seeds", "0", "--tasks", "4", "--results", str(tmp_path)]
     for _ in range(2):
         assert grader.main(argv) == 0
-    assert calls == ["weights", "late", "fit"]  # one warm start, probed once (the check added to a cache without)
+    both = ("late", "late_finish", "busy_finish")
+    assert calls == ["weights", both, "fit"]  # one warm start, probed once (the checks added to a cache without)
     table = open(tmp_path / "tiny_grader.md").read().splitlines()
     row = "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.00 (3) / — | 0.500"  # TextCraft-Synth: no stalled tree
-    assert "| 0.500 ± 0.000 | 0.500 | 0.20 ± 0.18 (5) | 0.600 ± 0.090 | 0.700 |" in table[-1]
+    assert "| 0.500 ± 0.000 | 0.500 | 0.20 ± 0.18 (5) | 0.600 ± 0.090 | — (0) | — | 0.700 |" in table[-1]
     assert table[-1].startswith("| sera_exec | warm start `") and row in table[-1]
     assert "--methods sera_exec sera_wo_d" in table[2]
     assert table[-1].endswith("| 0.900 (50) | 0.950 (45) | 0.010 / 0.020 |")
     path = next(p for p in os.listdir(folder) if p.startswith("grader_probe"))  # a cached probe made before the fit
     cached = json.load(open(os.path.join(folder, path)))  # existed gets the fit added, not a second probe
     json.dump({k: v for k, v in cached.items() if not k.startswith("fit/")}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", "late", "fit", "fit"]
+    assert grader.main(argv) == 0 and calls == ["weights", both, "fit", "fit"]
     cached = json.load(open(os.path.join(folder, path)))  # one whose fit lacks the depth split: the fit again
     json.dump({k: v for k, v in cached.items() if k != "fit/root/p_finish"}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", "late", "fit", "fit", "fit"]
-    cached = json.load(open(os.path.join(folder, path)))  # one made before the late-finish check: the check only
-    json.dump({k: v for k, v in cached.items() if not k.startswith("late_")}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", "late", "fit", "fit", "fit", "late"]
+    assert grader.main(argv) == 0 and calls == ["weights", both, "fit", "fit", "fit"]
+    cached = json.load(open(os.path.join(folder, path)))  # one made before the busy tree: that check only
+    json.dump({k: v for k, v in cached.items() if not k.startswith("busy_")}, open(os.path.join(folder, path), "w"))
+    assert grader.main(argv) == 0 and calls == ["weights", both, "fit", "fit", "fit", ("late", "busy_finish")]
 
 
 def test_sera_gw_and_gwr_are_sera_with_a_grader_phase_in_its_warm_start():

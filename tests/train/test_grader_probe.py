@@ -108,17 +108,19 @@ def test_stalled_children_idle_until_their_turns_or_the_world_run_out(tokenizer)
 
 
 @pytest.mark.parametrize("env", ["textcraft_synth", "textworld_sync"])
-def test_late_finish_children_idle_then_finish_as_late_as_the_planners(tokenizer, env):
-    """teacher_trees(children="late_finish"): each delegated child plays id % 3 of the planner's turns, idles, and
-    finishes at turn LATE_TURNS (or its budget's last); they are graded on both envs, mostly failures, and a grader
-    that passes them all is at 0.5 on the late-finish check whatever it does elsewhere."""
+@pytest.mark.parametrize("kind", ["late_finish", "busy_finish"])
+def test_late_and_busy_children_finish_as_late_as_the_planners(tokenizer, env, kind):
+    """teacher_trees(children="late_finish" / "busy_finish"): each delegated child plays id % 3 of the planner's
+    turns, then idles (the world's idle reply) or acts on its goal in a way the world rejects (its busy reply: an
+    invalid turn), and finishes at turn LATE_TURNS (or its budget's last); they are graded on both envs, mostly
+    failures, and a grader that passes them all is at 0.5 on the late-finish check whatever it does elsewhere."""
     from agentjax.agents.tree import Status
     from agentjax.train.grader_probe import late_finish
     from agentjax.train.tree_warmstart import LATE_TURNS, labelled_trees, teacher_trees
 
     run = preset("tiny", "sera", env)
     tasks = run.spec.tasks(run.evaluation_split)[:3]
-    rollouts, _ = teacher_trees(run, tasks, tokenizer, children="late_finish")
+    rollouts, _ = teacher_trees(run, tasks, tokenizer, children=kind)
     children = [n for t in rollouts.trees for n in t.nodes[1:]]
     finished = [n for n in children if n.status is Status.FINISHED]
     assert finished and sum(not n.label for n in finished) >= len(finished) / 2
@@ -126,13 +128,19 @@ def test_late_finish_children_idle_then_finish_as_late_as_the_planners(tokenizer
     late = [n for n in finished if n.turns[-1].step > n.id % 3]  # (the planner may finish first: a success)
     assert late
     for n in late:
-        assert len(n.turns) == min(LATE_TURNS, n.budget - 1) + 1 > 3
-        assert all(t.reply.text == idle for t in n.turns[n.id % 3:-1]) and n.turns[-1].reply.kind == "finish"
+        assert len(n.turns) == min(LATE_TURNS, n.budget - 1) + 1 > 3 and n.turns[-1].reply.kind == "finish"
+        between = n.turns[n.id % 3:-1]
+        if kind == "late_finish":
+            assert all(t.reply.text == idle for t in between)
+        else:  # one command on its goal, rejected every time
+            assert len({t.reply.text for t in between}) == 1 and between[0].reply.text != idle
+            assert not any(t.valid for t in between) and between[0].reply.kind == "act"
         assert n.grade is not None and n.grade.success == bool(n.label)
     for passes in (True, False):
-        check = late_finish(run, ConstantGrader(tokenizer, passes), tokenizer, tasks, jax.random.key(0), (1.0, 0.0))
-        assert check["late_finish/failures"] >= 1 and check["late_finish/fail_rate"] == float(not passes)
-        assert check["late_finish/balanced_accuracy"] == (0.5 if passes else 1.0)  # against a pass rate of 1
+        check = late_finish(run, ConstantGrader(tokenizer, passes), tokenizer, tasks, jax.random.key(0), (1.0, 0.0),
+                            trees=(kind,))
+        assert check[f"{kind}/failures"] >= 1 and check[f"{kind}/fail_rate"] == float(not passes)
+        assert check[f"{kind}/balanced_accuracy"] == (0.5 if passes else 1.0)  # against a pass rate of 1
     with pytest.raises(ValueError, match="trees are among"):
         next(labelled_trees(run, tasks, tokenizer, trees=("lazy",)))
 
@@ -215,8 +223,8 @@ def test_a_grader_phase_has_a_key_of_its_own():
 
 
 def test_late_grades_add_failures_that_finish_late(tokenizer):
-    """WarmStart.late_grades: grade_rows gains each task's late-finish tree's grades after its others (on both envs:
-    those children finish, so they are graded), failures among them."""
+    """WarmStart.late_grades: grade_rows gains each task's late- and busy-finish trees' grades after its others (on
+    both envs: those children finish, so they are graded), failures among them."""
     from agentjax.train.tree_warmstart import grade_rows
 
     for env in ("textworld_sync", "textcraft_synth"):
