@@ -49,7 +49,7 @@ import numpy as np
 
 from agentjax.train.runconfig import RunConfig
 
-GRADER_TASKS = 16  # held-out tasks (the eval split's first ones); two teacher trees each
+GRADER_TASKS = 16  # held-out tasks (the eval split's first ones); a teacher tree per kind of child each
 
 
 def graded_children(run: RunConfig, grader: Any, tokenizer: Any, tasks: Sequence[Any], key: jax.Array, *,

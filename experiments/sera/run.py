@@ -157,20 +157,23 @@ def search_table(runs: Runs, candidates: int) -> str:
     """Final eval success without search, with search graded by the checkpoint and by the initial policy, and the
     paired difference (search − none, episode by episode, then mean ± SE over seeds), per SERA arm; and what the
     search could change: how often a later candidate was committed (per grader), and the share of searched children
-    whose committed candidate was verified against the share where any candidate was (the trained grader's run)."""
+    whose committed candidate was verified against the share where any candidate was (the trained grader's run);
+    then the finished SERA-arm runs that have no search evaluation, by name."""
+    unsearched: list[str] = []
     rows = ["| method | seeds | no search | search, trained grader | search, initial grader | trained − none | "
             "initial − none | later candidate committed (trained / initial) | committed verified / any verified |",
             "|---" * 9 + "|"]
     for method in dict.fromkeys(m for m, _ in runs):
         base, by_grader, diff = [], {g: [] for g in GRADERS}, {g: [] for g in GRADERS}
         later, verified = {g: [] for g in GRADERS}, ([], [])
-        for (m, _), run in runs.items():
+        for (m, seed), run in runs.items():
             outcomes = eval_outcomes(run.out_dir)
             if m != method or run.train.credit.method != "sera" or not outcomes:
                 continue
             last = max(outcomes)
             found = {g: search_file(run.out_dir, candidates, g) for g in GRADERS}
             if None in found.values():
+                unsearched.append(f"{m} seed {seed}")
                 continue
             base.append(float(outcomes[last].mean()))
             for g, path in found.items():
@@ -190,6 +193,8 @@ def search_table(runs: Runs, candidates: int) -> str:
             cells = [str(len(base)), _mean_se(base), *(_mean_se(by_grader[g]) for g in GRADERS),
                      *(_mean_se(diff[g], "{:+.3f}") for g in GRADERS), share, ceiling]
             rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    if unsearched:  # finished runs the search has not evaluated (the command without --report-only runs them)
+        rows += ["", f"Not searched (not in the table): {', '.join(unsearched)}."]
     return "\n".join(rows) + "\n"
 
 

@@ -168,6 +168,9 @@ def test_search_table_pairs_search_with_the_runs_last_evaluation(tmp_path):
     assert search_file(str(tmp_path / "seed0"), 3, "policy") is None
     lines = search_table(runs, 2).splitlines()
     assert len(lines) == 3 and lines[2].startswith("| sera | 2 |")
+    _write_run(tmp_path / "exec", {0: [[0, 0], [0, 0]], 10: [[1, 1], [0, 0]]}, "tree/root_success")
+    unsearched = runs | {("sera_exec", 1): tiny_run("sera_exec", 1).replace(out_dir=str(tmp_path / "exec"))}
+    assert search_table(unsearched, 2).splitlines()[3:] == ["", "Not searched (not in the table): sera_exec seed 1."]
     cells = [c.strip() for c in lines[2].split("|")[1:-1]]
     # no search 0.25, 0.5; trained 0.5, 0.75; initial 0.25, 0: differences +0.25, +0.25 and 0, -0.5
     assert cells[2].startswith("0.375") and cells[3].startswith("0.625") and cells[4].startswith("0.125")
