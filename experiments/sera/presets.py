@@ -53,7 +53,7 @@ ARMS: dict[str, tuple[str, tuple[int, int, int]]] = {
     "rao": ("rao", (1, 0, 0)), "rao_d": ("rao", (3, 1, 0)), "sera": ("sera", (3, 1, 1)),
     "sera_wo_d": ("sera", (3, 0, 1)), "sera_wo_rt": ("sera", (3, 1, 0)), "sera_exec": ("sera", (1, 0, 0)),
     "sera_fg": ("sera", (3, 1, 1)), "sera_gw": ("sera", (3, 1, 1)), "sera_gwr": ("sera", (3, 1, 1)),
-    "sera_gwrs": ("sera", (3, 1, 1))}
+    "sera_gwrs": ("sera", (3, 1, 1)), "sera_gwrsl": ("sera", (3, 1, 1))}
 GRADER_STEPS = 100
 GRADER_REPLAY = 0.5
 # SERA arms whose warm start differs from SERA's (its WarmStart fields; everything else is SERA's). The planner
@@ -64,12 +64,17 @@ GRADER_REPLAY = 0.5
 # sera_gwr: the same grader phase with half of each batch from the main rows (WarmStart.grader_replay, rehearsal).
 # sera_gwrs: sera_gwr whose grade rows also grade stalled children (WarmStart.stall_grades; TextWorld-Sync only, where
 # the grader is asked about children that did not finish: the policy's own failures are often those).
+# sera_gwrsl: sera_gwrs whose grade rows also grade late- and busy-finish children (WarmStart.late_grades): failures
+# that finish as late as the planner's successes, idle or acting in ways the world rejects (sera_gwrs passes the busy
+# ones, results/sync_grader.md).
 # None of them is in the default set of runs (the committed tiny tables were made before them).
 WARM_VARIANTS: dict[str, dict[str, object]] = {
     "sera_fg": {"failure_grades": True},
     "sera_gw": {"grader_steps": GRADER_STEPS},
     "sera_gwr": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY},
-    "sera_gwrs": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY, "stall_grades": True}}
+    "sera_gwrs": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY, "stall_grades": True},
+    "sera_gwrsl": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY, "stall_grades": True,
+                   "late_grades": True}}
 METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm not in ("rao", *WARM_VARIANTS)))
 ALL_METHODS = (*METHODS, *WARM_VARIANTS)
 SEEDS = (0, 1, 2)
