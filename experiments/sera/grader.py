@@ -69,15 +69,15 @@ def probe(run, path: str, load: Callable[[], Any], tasks: int) -> dict:
         if (result.get("tasks") != tasks or result.get("trees", ["planner", "early_finish"]) != probe_trees(run)
                 or "early_finish/failures" not in result):
             result = {}  # made with other tasks or trees (before the stalled tree)
-    missing = [tree for tree in LATE_TREES if f"{tree}/failures" not in result]
+    missing = [tree for tree in LATE_TREES if f"{tree}/failures" not in result]  # late checks a cache lacks
     if result and "fit/root/p_finish" in result and not missing:
         return result
     model, tokenizer = load(), load_tokenizer(run.tokenizer)
-    if not result:
+    if not result:  # a fresh probe, the late checks included
         t0 = time.perf_counter()
-        result = grader_agreement(run, model, tokenizer, tasks=tasks)
+        result, missing = grader_agreement(run, model, tokenizer, tasks=tasks), []
         result["seconds"] = time.perf_counter() - t0
-    if missing := [tree for tree in LATE_TREES if f"{tree}/failures" not in result]:  # grader_agreement's key
+    if missing:  # with grader_agreement's key
         held_out = run.spec.tasks(run.evaluation_split)[:tasks]
         result |= late_finish(run, Sampler(model, tokenizer), tokenizer, held_out, jax.random.key(0),
                               (result["pass_rate"], result["pass_rate_se"]), trees=missing)

@@ -67,7 +67,8 @@ GRADER_REPLAY = 0.5
 # sera_gwrsl: sera_gwrs whose grade rows also grade late- and busy-finish children (WarmStart.late_grades): failures
 # that finish as late as the planner's successes, idle or acting in ways the world rejects (sera_gwrs passes the busy
 # ones, results/sync_grader.md).
-# None of them is in the default set of runs (the committed tiny tables were made before them).
+# None of them is in the default set of runs (the arms on TextCraft-Synth): they are grader recipes, studied on
+# TextWorld-Sync, where every child is graded.
 WARM_VARIANTS: dict[str, dict[str, object]] = {
     "sera_fg": {"failure_grades": True},
     "sera_gw": {"grader_steps": GRADER_STEPS},

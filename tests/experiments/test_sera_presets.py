@@ -311,7 +311,6 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
               "trees": ["planner", "early_finish"], "early_finish/children": 5.0, "early_finish/failures": 3.0,
               "early_finish/fail_rate": 0.0}
     monkeypatch.setattr(agentjax.models, "load_hf", lambda folder, config=None: "weights")
-    monkeypatch.setattr(gp, "grader_agreement", lambda run, model, tok, tasks: calls.append(model) or dict(result))
     fit = {"all/turns": 50.0, "all/nll": 0.2, "all/p_reply": 0.9, "act/turns": 45.0, "act/nll": 0.1,
            "act/p_reply": 0.95, "root/p_finish": 0.01, "child/p_finish": 0.02}
     monkeypatch.setattr(gp, "planner_fit", lambda run, model, tok, tasks: calls.append("fit") or dict(fit))
@@ -327,15 +326,15 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
         calls.append(("late", *trees))
         return {k: v for k, v in late.items() if k.split("/")[0] in trees}
 
-    monkeypatch.setattr(gp, "late_finish", late_finish)
+    monkeypatch.setattr(gp, "late_finish", late_finish)  # a fresh probe has the late checks, as grader_agreement's
+    monkeypatch.setattr(gp, "grader_agreement", lambda run, model, tok, tasks: calls.append(model) or result | late)
     folder = cache_folder(tiny_run("sera_exec", 0, results=str(tmp_path)))
     os.makedirs(folder)
     open(os.path.join(folder, "warmstart.json"), "w").write("{}")
     argv = ["--methods", "sera_exec", "sera_wo_d", "--seeds", "0", "--tasks", "4", "--results", str(tmp_path)]
     for _ in range(2):
         assert grader.main(argv) == 0
-    both = ("late", "late_finish", "busy_finish")
-    assert calls == ["weights", both, "fit"]  # one warm start, probed once (the checks added to a cache without)
+    assert calls == ["weights", "fit"]  # one warm start, probed once
     table = open(tmp_path / "tiny_grader.md").read().splitlines()
     row = "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.00 (3) / — | 0.500"  # TextCraft-Synth: no stalled tree
     assert "| 0.500 ± 0.000 | 0.500 | 0.20 ± 0.18 (5) | 0.600 ± 0.090 | — (0) | — | 0.700 |" in table[-1]
@@ -345,13 +344,22 @@ def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
     path = next(p for p in os.listdir(folder) if p.startswith("grader_probe"))  # a cached probe made before the fit
     cached = json.load(open(os.path.join(folder, path)))  # existed gets the fit added, not a second probe
     json.dump({k: v for k, v in cached.items() if not k.startswith("fit/")}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", both, "fit", "fit"]
+    assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit"]
     cached = json.load(open(os.path.join(folder, path)))  # one whose fit lacks the depth split: the fit again
     json.dump({k: v for k, v in cached.items() if k != "fit/root/p_finish"}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", both, "fit", "fit", "fit"]
+    assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit", "fit"]
     cached = json.load(open(os.path.join(folder, path)))  # one made before the busy tree: that check only
     json.dump({k: v for k, v in cached.items() if not k.startswith("busy_")}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", both, "fit", "fit", "fit", ("late", "busy_finish")]
+    assert grader.main(argv) == 0 and calls[-1] == ("late", "busy_finish") and len(calls) == 5
+    cached = json.load(open(os.path.join(folder, path)))  # one made before both: both, and no second probe
+    json.dump({k: v for k, v in cached.items() if not k.startswith(("late_", "busy_"))},
+              open(os.path.join(folder, path), "w"))
+    assert grader.main(argv) == 0 and calls[-1] == ("late", "late_finish", "busy_finish") and len(calls) == 6
+    import agentjax.train.warmstart as warmstart  # --build: each run's warm start made (or found cached) first
+
+    monkeypatch.setattr(warmstart, "warm_start_folder", lambda run, tok: calls.append(("build", run.out_dir)))
+    assert grader.main([*argv, "--build"]) == 0 and [c[0] for c in calls[-2:]] == ["build", "build"]
+    assert len(calls) == 8  # both arms' runs built first, then their (cached) probe read back
 
 
 def test_sera_gw_and_gwr_are_sera_with_a_grader_phase_in_its_warm_start():
