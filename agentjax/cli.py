@@ -3,8 +3,7 @@
 ::
 
     agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} \\
-                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync,
-                          textworld_cooking_sync} \\
+                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
                    [--sero] [--sero.FIELD VALUE ...]
     agentjax train --method {rao,sera} --env {textcraft_synth,textworld_sync} --preset {tiny,paper-4b} [...]

@@ -2,10 +2,10 @@
 flags and impossible configs before any work starts (each case returns in well under a second: nothing is built);
 every env's tiny and paper presets; SERO's ``--sero`` / ``--sero.*`` flags (parsed and validated only, and the
 dry run's ``sero`` block); one real update on each env that no other training test runs (TextCraft-Synth, TextWorld,
-both TextWorld-Syncs), through the command line.
+TextWorld-Sync), through the command line.
 
 The one-update runs share one shrunk model and one set of shapes (1 layer of width 32, 1,024 prompt and 64 reply
-tokens, 32 allowed tokens a position), so the update and the sampler compile once for the four: 76-88 s for the
+tokens, 32 allowed tokens a position), so the update and the sampler compile once for the three: 76-88 s for the
 first, 5-9 s each for the others on the shared 2-core machine under a load average of 7-12 (marked ``slow``). They need
 ``$AGENTJAX_DATA`` (TextCraft-Synth, TextWorld-Sync) and TextWorld's game of the first training batch, generated into
 ``$TEXTWORLD_GAMES`` (default ``~/.cache/agentjax/textworld``) when missing.
@@ -27,9 +27,8 @@ from agentjax.train.config import SeroConfig
 from agentjax.train.runconfig import ENVS
 
 BASE = ["train", "--method", "crbc", "--env", "sokoban", "--preset", "tiny"]
-ALL_ENVS = ("sokoban", "alfworld", "webshop", "textcraft", "textcraft_synth", "textworld", "textworld_cooking_sync",
-            "textworld_sync")
-NEW_ENVS = ("textcraft_synth", "textworld", "textworld_cooking_sync", "textworld_sync")
+ALL_ENVS = ("sokoban", "alfworld", "webshop", "textcraft", "textcraft_synth", "textworld", "textworld_sync")
+NEW_ENVS = ("textcraft_synth", "textworld", "textworld_sync")
 
 
 def run_cli(capsys, *argv):

@@ -70,12 +70,10 @@ WEBSHOP = dataclasses.replace(_text_env("webshop", "You shop on a web store."), 
 TEXTCRAFT = _text_env("textcraft", "You craft Minecraft items.")
 TEXTCRAFT_SYNTH = dataclasses.replace(TEXTCRAFT, name="textcraft_synth")
 TEXTWORLD = _text_env("textworld", "You cook in a text world.")
-TEXTWORLD_COOKING_SYNC = dataclasses.replace(TEXTWORLD, name="textworld_cooking_sync")
 TEXTWORLD_SYNC = _text_env("textworld_sync", "You cook several dishes in a shared world.")
 
 COMPACT_TEMPLATES: Mapping[str, PromptTemplate] = types.MappingProxyType(
-    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_COOKING_SYNC,
-                         TEXTWORLD_SYNC)})
+    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_SYNC)})
 FULLY_OBSERVED = frozenset({"sokoban"})  # the observation is the whole state: no history needed
 PROMPT_STYLES = ("verl-agent", "compact")
 

@@ -324,20 +324,6 @@ TEXTWORLD = PromptTemplate(
     admissible_block=_ADMISSIBLE,
 )
 
-# TextWorld-Sync on tw-cooking (the project's own multi-agent CookingWorld, envs/textworld_cooking_sync).
-_TEXTWORLD_COOKING_SYNC_INTRO = (
-    "You are an expert agent in a shared TextWorld kitchen with several dishes to cook: read the cookbook, gather "
-    "and process each dish's ingredients (e.g. 'slice red apple with knife', 'cook red apple with stove'), then "
-    "'prepare <dish>' and 'eat <dish>' ('prepare meal' when there is one dish). Other agents may act in the same "
-    "world. Your task is to: {task_description}\n"
-)
-TEXTWORLD_COOKING_SYNC = dataclasses.replace(
-    TEXTWORLD,
-    name="textworld_cooking_sync",
-    first_turn=_TEXTWORLD_COOKING_SYNC_INTRO + _FIRST,
-    with_history=_TEXTWORLD_COOKING_SYNC_INTRO + _LATER,
-)
-
 # TextWorld-Sync, the released benchmark (envs/textworld_sync: the authors' small shared-world engine).
 _TEXTWORLD_SYNC_INTRO = (
     "You are an expert agent in a shared cooking world with several dishes to make. Collect each ingredient "
@@ -355,6 +341,5 @@ TEXTWORLD_SYNC = dataclasses.replace(
 
 # Environment name -> template (data, read-only).
 TEMPLATES: Mapping[str, PromptTemplate] = types.MappingProxyType(
-    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_COOKING_SYNC,
-                         TEXTWORLD_SYNC)}
+    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_SYNC)}
 )

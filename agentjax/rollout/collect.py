@@ -110,7 +110,6 @@ Projector = Callable[..., Projected]  # (reply, admissible, *, require_think) ->
 PROJECTORS: Mapping[str, Projector] = types.MappingProxyType({
     "alfworld": project_action,
     "textworld": project_action,
-    "textworld_cooking_sync": project_action,
     "textworld_sync": project_action,
     "sokoban": project_sokoban,
     "webshop": project_webshop,

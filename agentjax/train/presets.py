@@ -7,13 +7,13 @@ flag overrides on top, and experiment folders (``experiments/crbc/presets.py``) 
 
 Paper setting (CRBC, papers/CRBC.txt; verl-agent's GiGPO recipe where it is silent): Qwen2.5-1.5B / 7B-Instruct,
 16 groups × 8 rollouts per update, 150 updates, episode caps 50 / 15 / 15 turns (ALFWorld / WebShop / Sokoban;
-TextCraft 40; TextCraft-Synth 75, TextWorld 100, both TextWorld-Syncs 200: the envs' own limits), success reward 10,
+TextCraft 40; TextCraft-Synth 75, TextWorld 100, TextWorld-Sync 200: the envs' own limits), success reward 10,
 invalid-action penalty 0.1, 2 history records in the prompt, CRBC β = 0.98, w_G = 1, w_S = 5, σ_min = 0.1 (the
 other methods: METHODS.md defaults; GiGPO's WebShop normalisation is ``mean_norm``), learning rate 1e-6, KL 0.01,
-entropy 0.001, 512 response tokens, prompts of 2048 tokens (WebShop 4096, Sokoban 1024, TextCraft-Synth 8192,
-TextWorld-Sync on tw-cooking 3072: measured, see :mod:`agentjax.train.runconfig`), evaluation on the whole eval
-split where it is small or the paper uses all of it (:data:`PAPER_EVAL_TASKS`). The batch holds every turn
-(``16·8·cap`` rows), micro-batches of 16 rows (7B: 8).
+entropy 0.001, 512 response tokens, prompts of 2048 tokens (WebShop 4096, Sokoban 1024, TextCraft-Synth 8192:
+measured, see :mod:`agentjax.train.runconfig`), evaluation on the whole eval split where it is small or the paper
+uses all of it (:data:`PAPER_EVAL_TASKS`). The batch holds every turn (``16·8·cap`` rows), micro-batches of 16 rows
+(7B: 8).
 
 Hardware the paper presets expect: one node of 8 GPUs with 80 GB each (A100 / H100 80GB). ``paper-1.5b`` shards
 over ``mesh = (fsdp 8, tp 1)``, ``paper-7b`` over ``(fsdp 4, tp 2)``; float32 parameters and AdamW moments
@@ -72,25 +72,24 @@ TINY_SERA = dict(stages=(3, 1, 1), branches=4, fork_budget=8)
 TINY_RUBRIC_TOKENS, PAPER_RUBRIC_TOKENS = (320, 96), (1024, 512)
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
 STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40, "textcraft_synth": 75, "textworld": 100,
-             "textworld_cooking_sync": 200, "textworld_sync": 200}
+             "textworld_sync": 200}
 # The tiny preset's caps: the paper's, shorter where the paper's would make a 2-core CPU update take hours (the
-# oracle's episodes: TextCraft-Synth medium ≤ 48 turns in 30 sampled tasks, TextWorld median 15, TextWorld-Sync on
-# tw-cooking medium median 42, the released TextWorld-Sync's train split ≤ 60, medium ≤ 48; longer ones are cut).
+# oracle's episodes: TextCraft-Synth medium ≤ 48 turns in 30 sampled tasks, TextWorld median 15, TextWorld-Sync's
+# train split ≤ 60, medium ≤ 48; longer ones are cut).
 # Multiples of 5, so that the 4 x 8 x cap rows split into 4 mini-batches of 40.
-TINY_STEP_CAPS = STEP_CAPS | {"textcraft_synth": 40, "textworld": 40, "textworld_cooking_sync": 50,
-                              "textworld_sync": 50}
+TINY_STEP_CAPS = STEP_CAPS | {"textcraft_synth": 40, "textworld": 40, "textworld_sync": 50}
 # Prompt capacities of the tiny preset (constrained decoding: the admissible list is in the prompt), measured with the
 # real tokenizer on the warm start's demonstrations (its 1,000 oracle episodes, or the whole split, cut at the cap):
 # TextCraft ≤ 3,631 tokens, TextCraft-Synth ≤ 3,907, TextWorld ≤ 961 (31 games; ≤ 967 over oracle and random episodes
-# of 42 games, agentjax/train/runconfig.py), TextWorld-Sync on tw-cooking ≤ 1,955 (44,590 turns), the released
-# TextWorld-Sync ≤ 1,121 (oracle and random episodes of 152 tasks of its three splits, runconfig.py).
+# of 42 games, agentjax/train/runconfig.py), TextWorld-Sync ≤ 1,121 (oracle and random episodes of 152 tasks of its
+# three splits, runconfig.py).
 TINY_PROMPT_LENS = {"sokoban": 128, "alfworld": 2048, "webshop": 2048, "textcraft": 4096, "textcraft_synth": 4096,
-                    "textworld": 1536, "textworld_cooking_sync": 3072, "textworld_sync": 1536}
+                    "textworld": 1536, "textworld_sync": 1536}
 # Response capacities: the longest constrained reply (<action>…</action> and the stop token) with room to spare:
-# TextCraft-Synth 59 tokens on train_medium, 105 on val; TextWorld 14, TextWorld-Sync on tw-cooking 16, the released
-# TextWorld-Sync 13; WebShop's listed search (the instruction, TINY_ENV_KWARGS) up to 75 over all 6,910 goals.
+# TextCraft-Synth 59 tokens on train_medium, 105 on val; TextWorld 14, TextWorld-Sync 13; WebShop's listed search
+# (the instruction, TINY_ENV_KWARGS) up to 75 over all 6,910 goals.
 TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 96, "textcraft": 48, "textcraft_synth": 128,
-                      "textworld": 32, "textworld_cooking_sync": 32, "textworld_sync": 32}
+                      "textworld": 32, "textworld_sync": 32}
 # Sokoban's compact prompt (agentjax.agents.compact: one token per cell, no history) is 98-112 tokens.
 # Sizes of the tiny preset where they differ from 4 groups, 10 updates, 24 eval tasks: Sokoban trains on 16 rooms a
 # batch (8 rooms an update moved the policy in no consistent direction) and evaluates on 64 valid rooms x 2 seeds =
@@ -122,10 +121,9 @@ TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admis
 TINY_COLLECT = {"textcraft": {"truncation": "left"}, "textcraft_synth": {"truncation": "left"},
                 "webshop": {"max_allowed": 64}}
 # Paper evaluation: ALFWorld's 134 valid_unseen games, the whole eval split where it is smaller than 128 or where the
-# paper evaluates on all of it (TextCraft-Synth: SERA's 632 val tasks; TextWorld-Sync: SERA's 1,400 test tasks; on
-# tw-cooking: 50 per difficulty).
+# paper evaluates on all of it (TextCraft-Synth: SERA's 632 val tasks; TextWorld-Sync: SERA's 1,400 test tasks).
 PAPER_EVAL_TASKS = {"alfworld": 134, "webshop": 128, "sokoban": 128, "textcraft": 100, "textcraft_synth": 632,
-                    "textworld": 60, "textworld_cooking_sync": 200, "textworld_sync": 1400}
+                    "textworld": 60, "textworld_sync": 1400}
 
 
 def paper_credit(method: str, env: str, **params: Any):

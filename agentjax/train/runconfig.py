@@ -25,11 +25,6 @@ capacities come from prompts measured with the real Qwen2.5 tokenizer and the ve
 - TextWorld CookingWorld: ≤ 967 tokens over oracle and random-admissible episodes of 42 games of all six levels
   (level 6 the longest) -> 2,048; 100 steps (the env's limit, 1.7 x the longest walkthrough); replies ≤ 14 tokens,
   at most 15 allowed tokens at a reply position -> ``max_allowed`` 32.
-- TextWorld-Sync on tw-cooking: ≤ 1,971 tokens over oracle and random-admissible episodes of 124 train and valid
-  tasks, ≤ 1,955 in the first 50 turns of 1,000 train oracle episodes (extreme: the oracle ends holding many items,
-  up to 195 admissible commands; random play stays under 1,120) -> 3,072; 200 steps (the extreme tasks' budget;
-  each task's own budget, 60-200, ends it first); at most 22 allowed tokens at a reply position -> ``max_allowed``
-  32.
 - TextWorld-Sync (the released benchmark): ≤ 1,375 tokens over oracle and random-admissible episodes (first 60
   turns) of 152 tasks of the three splits (every family x difficulty) -> 2,048; compact prompts ≤ 1,121; 200 steps
   (the authors' single-agent root cap; the shared world budget, 65-125 steps, or 100 in training, ends an episode
@@ -107,10 +102,6 @@ ENVS: Mapping[str, EnvSpec] = types.MappingProxyType({
                          "the manifest's tw-cooking games, generated on first use into $TEXTWORLD_GAMES (default "
                          "~/.cache/agentjax/textworld; `python -m envs.textworld.generate --split train --split valid` "
                          "makes them ahead, ~2 s a game)"),
-    "textworld_cooking_sync": EnvSpec("textworld_cooking_sync", "envs.textworld_cooking_sync.env",
-                                      "TextWorldCookingSyncEnv", "train", "valid",
-                                      collect_preset(max_steps=200, max_prompt_tokens=3072, max_allowed=32),
-                                      "nothing (worlds are generated from the manifest's family, difficulty and seed)"),
     "textworld_sync": EnvSpec("textworld_sync", "envs.textworld_sync.env", "TextWorldSyncEnv", "train", "test",
                               collect_preset(max_steps=200, max_prompt_tokens=2048, max_allowed=32),
                               "$AGENTJAX_DATA/textworld_sync (SERA's released files: training/, validation/, eval/)"),

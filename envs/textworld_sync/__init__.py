@@ -4,8 +4,7 @@ The tasks are the released files (1,500 train / 200 validation / 1,400 test, sev
 tasks.py). They run on the authors' own small composite CookingWorld engine (GitHub ``OliverLeeXZ/SERA``,
 ``Runtime/environments/textworld/composite_cooking.py`` and ``composite_scorer.py``), not on TextWorld: rooms reached
 by ``go to`` / ``move``, one item per ingredient, take / chop / slice / dice / mince / cook, a shared prepared
-counter, ``prepare`` and ``eat`` per dish, a kitchen gate, inventory capacity and tool cooldowns; the project's own
-tw-cooking variant is :mod:`envs.textworld_cooking_sync`.
+counter, ``prepare`` and ``eat`` per dish, a kitchen gate, inventory capacity and tool cooldowns.
 
 Modules: state (the world as data, built from a task), rules (valid actions, commands, observation, infos, the
 scorer), world (the locked shared world, several agents, the runtime's inventory lookup), env (the Env protocol and

@@ -45,15 +45,15 @@ whole splits; episodes spread over 2 processes), TextCraft val (100) and TextCra
 oracle, Synth also with the step limit raised to ``--synth-max-steps`` (its deepest tasks need more crafts than
 their ``max_steps``). Target: ≥ 99% on ALFWorld valid_unseen with the planner.
 
-WebShop, TextWorld CookingWorld and TextWorld-Sync on tw-cooking are benchmarked by their own modules
-(``env_webshop.py``, ``env_textworld.py``, ``env_textworld_cooking_sync.py``: steps/s against their engines and the
-oracles over every goal or manifest task); ``--parts more`` runs them from here and writes their JSON beside this one.
+WebShop and TextWorld CookingWorld are benchmarked by their own modules (``env_webshop.py``, ``env_textworld.py``:
+steps/s against their engines and the oracles over every goal or manifest task); ``--parts more`` runs them from here
+and writes their JSON beside this one.
 
 Prints rich tables and writes ``experiments/bench/results/envs.json``. Usage::
 
     ALFWORLD_DATA=.data/alfworld AGENTJAX_DATA=/work/shared/data python experiments/bench/envs.py [--quick]
         [--alfworld-full] [--parts throughput,oracle,more] [--oracle-envs alfworld,textcraft,textcraft_synth]
-        [--more-envs webshop,textworld,textworld_cooking_sync]
+        [--more-envs webshop,textworld]
         [--throughput-envs sokoban,textcraft,textcraft_synth,alfworld]
 
 The throughput of the three fast envs alone (about a minute; no ALFWorld data needed)::
@@ -489,7 +489,7 @@ def main():
     parser.add_argument("--alfworld-experts", default="planner,handcoded")
     parser.add_argument("--parts", default="throughput,oracle,more",
                         help="throughput, oracle (ALFWorld, TextCraft, Synth) and more (the envs of env_*.py)")
-    parser.add_argument("--more-envs", default="webshop,textworld,textworld_cooking_sync",
+    parser.add_argument("--more-envs", default="webshop,textworld",
                         help="envs benchmarked by their own module experiments/bench/env_<name>.py")
     parser.add_argument("--oracle-envs", default="alfworld,textcraft,textcraft_synth")
     parser.add_argument("--throughput-envs", default="sokoban,textcraft,textcraft_synth,alfworld")

@@ -175,7 +175,7 @@ def test_every_template_formats(name):
 
 def test_templates_are_read_only_data():
     assert set(TEMPLATES) == {"alfworld", "sokoban", "webshop", "textcraft", "textcraft_synth", "textworld",
-                              "textworld_cooking_sync", "textworld_sync"}
+                              "textworld_sync"}
     with pytest.raises(TypeError):
         TEMPLATES["new"] = ALFWORLD  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -188,12 +188,11 @@ def test_every_environment_has_a_template_and_a_projector():
     from envs.sokoban import SokobanEnv
     from envs.textcraft import TextCraftEnv, TextCraftSynthEnv
     from envs.textworld import TextWorldCookingEnv
-    from envs.textworld_cooking_sync import TextWorldCookingSyncEnv
     from envs.textworld_sync import TextWorldSyncEnv
     from envs.webshop import WebShopEnv
 
-    for env in (AlfWorldEnv, SokobanEnv, TextCraftEnv, TextCraftSynthEnv, TextWorldCookingEnv, TextWorldCookingSyncEnv,
-                TextWorldSyncEnv, WebShopEnv):
+    for env in (AlfWorldEnv, SokobanEnv, TextCraftEnv, TextCraftSynthEnv, TextWorldCookingEnv, TextWorldSyncEnv,
+                WebShopEnv):
         assert env.name in TEMPLATES and env.name in PROJECTORS, env.name
 
 

@@ -40,13 +40,12 @@ def no_oracle(monkeypatch) -> collections.Counter:
     from envs.alfworld.env import AlfWorldEnv
     from envs.textcraft.env import TextCraftSynthEnv
     from envs.textworld.env import TextWorldCookingEnv
-    from envs.textworld_cooking_sync.env import TextWorldCookingSyncEnv
     from envs.textworld_sync.env import TextWorldSyncEnv
     from envs.webshop.env import WebShopEnv
 
     calls = collections.Counter()
     for cls in (SokobanEnv, TextCraftEnv, TextCraftSynthEnv, WebShopEnv, AlfWorldEnv, TextWorldCookingEnv,
-                TextWorldCookingSyncEnv, TextWorldSyncEnv):
+                TextWorldSyncEnv):
         def oracle(self, _name=cls.__name__):
             calls[_name] += 1
             raise RuntimeError(f"{_name}.oracle called")
