@@ -125,7 +125,7 @@ for r in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-depende
 EOF
 }
 
-quiet_pip() {  # pip, without its notes on this machine's local index folders that lack a package
+quiet_pip() {  # pip, without its notes on the image's local index folders that lack a package
   PATH="$VENV/bin:$PATH" $NICE "$VENV/bin/python" -m pip "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 }
 

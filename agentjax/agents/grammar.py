@@ -56,8 +56,8 @@ class Role(enum.IntEnum):
     NONE = 0
     EXECUTION = 1  # acting and finishing (and everything else of a node's own reply)
     DELEGATION = 2  # the delegate span
-    RUBRIC = 3  # the rubric a parent writes at a delegation (next issue)
-    GRADING = 4  # the policy's grading of a child (next issue; no gradient in SERA)
+    RUBRIC = 3  # the rubric a parent writes at a delegation (SERA)
+    GRADING = 4  # the policy's grading of a child (SERA; greedy, no gradient)
 
 
 @dataclasses.dataclass(frozen=True)

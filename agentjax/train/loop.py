@@ -240,7 +240,7 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
     model = build_model(run, tokenizer, mesh)
     started = os.path.join(run.out_dir, INITIAL_POLICY)
     if not (resume and _existing_steps(ckpt_dir) and os.path.exists(started)):  # a resumed run keeps its record: its
-        with open(started, "w") as f:  # weights come from its checkpoint, whatever warm start this machine builds
+        with open(started, "w") as f:  # weights come from its checkpoint, whatever warm start a rebuild would give
             json.dump(initial_policy(run), f, indent=1)
     tx = optimizer(run.train.optimizer)
     state = init_state(run.train, model, jax.random.key(run.train.seed), tx, schedule=schedule)

@@ -32,12 +32,10 @@ AdamW at 2e-3; Sokoban: two steps an update at 5e-4, :data:`TINY_LEARNING_RATES`
 evaluation every 4 on 24 eval tasks × 2 seeds (Sokoban: 64 × 2 = 128 episodes, the same episodes and sampling
 streams at every eval point). It starts from a shared supervised warm start on 1,000 oracle episodes (1,000 AdamW
 steps of 32 turns at 2e-3, on the constrained choices: :mod:`agentjax.train.warmstart`, which records the policy's
-held-out agreement with the oracle; Sokoban: 4,000 episodes and 2,000 steps, :data:`TINY_WARM_STARTS`, agreement
-0.59 ± 0.03 against 0.25 by chance, eval success 0.40). The RL step was probed on Sokoban
-only (:data:`TINY_LEARNING_RATES`; README, "The tiny CRBC experiment"). Every env has an oracle, so every tiny
-preset warm-starts. TextWorld's warm start plays all 300 train games, which are generated on first use
-(``$TEXTWORLD_GAMES``, 2-15 s a game on this machine; ``python -m envs.textworld.generate --split train --split
-valid`` makes them ahead).
+held-out agreement with the oracle; Sokoban: 4,000 episodes and 2,000 steps, :data:`TINY_WARM_STARTS`). The RL step
+was chosen on Sokoban only (:data:`TINY_LEARNING_RATES`; ``experiments/crbc/README.md``). Every env has an oracle, so
+every tiny preset warm-starts. TextWorld's warm start plays all 300 train games, which are generated on first use
+(``$TEXTWORLD_GAMES``; ``python -m envs.textworld.generate --split train --split valid`` makes them ahead).
 """
 
 from __future__ import annotations
@@ -97,18 +95,13 @@ TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 96, "textcraft":
 TINY_GROUPS = {"sokoban": 16}
 TINY_UPDATES = {"sokoban": 20}
 # RL step of the tiny preset (AdamW learning rate, optimizer steps per update) where it differs from 2e-3 and 4:
-# Sokoban, from its warm start, probed with GRPO / GiGPO (experiments/crbc/probe.py; README, "The tiny CRBC
-# experiment"): on 8 rooms an update every step tried (2e-3 / 4, 2e-3 / 1, 1e-3 / 1, 5e-4 / 1, 2e-4 / 4) left the
-# eval success within noise of its start; on 16 rooms, 5e-4 with two steps an update raised it (seed 0, 20 updates:
-# GRPO and GiGPO 0.398 -> 0.477).
+# Sokoban's, chosen from its warm start with GRPO / GiGPO among five steps (experiments/crbc/probe.py and
+# experiments/crbc/README.md): the largest that moved eval success beyond noise on 16 rooms an update.
 TINY_LEARNING_RATES = {"sokoban": 5e-4}
 TINY_MINI_BATCHES = {"sokoban": 2}
 TINY_EVAL_TASKS = {"sokoban": 64}
-# Warm starts of the tiny preset where they differ from 1,000 oracle episodes and 1,000 steps: Sokoban's on 1,000
-# episodes (4,060 turns) stalls at an NLL of ≈ 0.16 a token from step 50 on, at 0.41-0.51 held-out agreement (it
-# varies with the build's float rounding) and an eval success of 0.21-0.25, no better than uniform play (0.18); on
-# 4,000 episodes (16,350 turns) the loss keeps falling (experiments/crbc/warmstart_curve.py: agreement 0.48 / 0.55 /
-# 0.61 after 500 / 1,000 / 1,500 steps).
+# Warm starts of the tiny preset where they differ from 1,000 oracle episodes and 1,000 steps: Sokoban's loss stalls
+# on 1,000 episodes and keeps falling on 4,000 (experiments/crbc/warmstart_curve.py; experiments/crbc/README.md).
 TINY_WARM_STARTS = {"sokoban": dict(episodes=4000, steps=2000)}
 # Env keyword arguments of the tiny preset: TextCraft lists admissible commands only when asked (the constrained
 # decoder and the warm start's masked choices need the list).

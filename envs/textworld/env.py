@@ -59,11 +59,9 @@ the oracle from the reset, and the oracle after 1-20 random admissible commands 
 ``oracle=False`` asks textworld not to track the quests (no ``policy_commands``): steps are faster (level 6: ~6 ms
 instead of ~16 ms; levels 1-5: 10-40% faster), and the oracle then only follows the walkthrough.
 
-Speed (this shared 2-core machine, under load): a step takes 4-8 ms on levels 1-5 and ~16 ms on level 6, where
-textworld recomputes the winning policy after every state-changing command; a reset 25 ms (200 ms on level 6), a
-first load ~45 ms. The wrapper's own work is ~10-20 us a step (cleaning the text, the admissible lookup):
-``experiments/bench/env_textworld.py`` measured 98.9 steps/s against 101.3 for the raw engine on the oracle episodes of
-the 60 valid games (177 against 197 with ``oracle=False``: within this machine's noise).
+Speed: textworld recomputes the winning policy after every state-changing command, so level 6 steps are the
+slowest; the wrapper's own work (cleaning the text, the admissible lookup) is small against the engine's
+(``experiments/bench/env_textworld.py`` measures both in one run; ``experiments/bench/README.md``).
 
 Deviations from playing ``tw-make`` games through ``textworld.gym`` as FTWP agents did: the text is cleaned as above;
 invalid commands do not reach the interpreter; generation is pinned so that games are byte-identical
