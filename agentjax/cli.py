@@ -40,9 +40,9 @@ settings are ``--tree.*`` overrides (e.g. ``--tree.max-depth 2``), the method's 
 ``--train.credit.stages 12 4 0`` for RAO + D), and the sizes the same flags as the flat methods (``--num-groups``
 root tasks, ``--group-size`` trees per task, ``--max-steps`` turns per node). ``--method sera`` trains the same trees
 with SERA's rubrics: at each delegation the policy writes the child's rubric and afterwards grades the child with it,
-and the grade is the child's reward (:class:`~agentjax.train.config.SERACredit`; ``--train.credit.stages 16 2 0``
-SERA w/o RT, the default; ``1 0 0`` execution with rubric rewards; ``--train.credit.reading weighted`` the paper's
-reward; the rubric-ranking stage is not built yet).
+and the grade is the child's reward (:class:`~agentjax.train.config.SERACredit`; ``--train.credit.stages`` SERA's
+16 : 2 : 2 by default, ``16 2 0`` SERA w/o RT, ``16 0 2`` w/o D, ``1 0 0`` execution with rubric rewards;
+``--train.credit.reading weighted`` the paper's reward).
 
 ``trees`` prints trees a tree run saved (``<run>/trees/<step>.json``, ``tree.saved_trees`` per batch and per
 evaluation) as text (:func:`agentjax.agents.tree.render_tree`): who delegated what, each node's replies and reward;
