@@ -160,17 +160,6 @@ class TextCraftTreeWorld:
         """The reply that finishes a node with the configured message (the constrained decoder's finish)."""
         return _code(format_call("finish", self.config.finish_message))
 
-    def idle_reply(self) -> str:
-        """A reply that changes nothing in the world (the inventory lookup): a stalled child's
-        (:func:`agentjax.train.tree_warmstart.teacher_trees`)."""
-        return _code(format_call("view_inventory"))
-
-    def busy_reply(self, node: Node) -> str:
-        """A craft of the node's first target from itself, which no recipe allows: a busy child's
-        (:func:`agentjax.train.tree_warmstart.teacher_trees`), an error that changes nothing."""
-        item, count = next(iter(node.goal.targets.items()), ("stick", 1))
-        return _code(format_call("craft", {item: 1}, (item, count)))
-
     def admissible(self, tree: Tree, node: Node) -> list[str]:
         """For constrained decoding: the planner's next craft toward the node's goal, view_inventory, finish and,
         while the node may delegate, a launch of each ingredient of its targets still short; with

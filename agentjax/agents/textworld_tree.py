@@ -250,21 +250,6 @@ class TextWorldTreeWorld:
         decoder's finish)."""
         return f"<finish>{self.config.finish_message}</finish>"
 
-    def idle_reply(self) -> str:
-        """A reply that changes nothing in the world (``look around``): a stalled child's
-        (:func:`agentjax.train.tree_warmstart.teacher_trees`)."""
-        return "<action>look around</action>"
-
-    def busy_reply(self, node: Node) -> str:
-        """A command that names the node's goal but the engine rejects (cooking a dish, preparing an ingredient): a
-        busy child's (:func:`agentjax.train.tree_warmstart.teacher_trees`), which spends shared steps on errors as
-        the policy's own failing children do."""
-        with self.world.locked() as s:
-            part = None if node.parent == NO_PARENT else scope(s, node.goal.text)
-        dishes, ingredients = part if part is not None else ([], [])
-        return (f"<action>cook {dishes[0]} in oven</action>" if dishes else
-                f"<action>prepare {ingredients[0]}</action>" if ingredients else "<action>cook meal in oven</action>")
-
     def admissible(self, tree: Tree, node: Node) -> list[str]:
         """For constrained decoding: the subtask planner's next command for the node's goal (the whole task when
         the goal names no dish nor ingredient; the inventory lookup when it would wait), the inventory lookup,

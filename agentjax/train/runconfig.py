@@ -124,41 +124,11 @@ class WarmStart:
     learning_rate: float = 1e-3
     seed: int = 0
     cache_dir: str | None = None  # default <out_dir>/warmstart
-    # SERA: also grade rows of children that finish before their subtask is done (agentjax.train.tree_warmstart), so
-    # the grader is shown failures too; off, every demonstrated grade is a planner child's success
-    failure_grades: bool = False
-    # SERA: after ``steps``, this many AdamW steps on grade rows only: the reference grades of the planner and the
-    # early-finish trees of the same tasks, successes and failures (tree_warmstart.grade_rows). The grade rows of the
-    # main steps are all successes (433 of 6,464 rows on TextWorld-Sync), and a tiny grader taught by them passes
-    # every child (experiments/sera/results/<name>_grader.md, <name>_grader_sft.md)
-    grader_steps: int = 0
-    # SERA: the share of each grader-phase batch drawn from the main steps' rows (rehearsal; in expectation). At 0 the
-    # grader phase moves the acting policy too: 100 grade-only steps cut the held-out planner turns' probability
-    # from 0.94 to 0.67 on TextWorld-Sync (experiments/sera/results/sync_grader.md, planner fit)
-    grader_replay: float = 0.0
-    # SERA on TextWorld-Sync: the failure_grades rows and the grader phase's also grade the children of a stalled tree
-    # (they idle after id % 3 of the planner's turns until their turns or the world run out), so the grader is shown
-    # children that failed without finishing, as the policy's own often do (tree_warmstart.failure_children)
-    stall_grades: bool = False
-    # SERA: the failure_grades rows and the grader phase's also grade the children of a late- and a busy-finish tree
-    # (after id % 3 of the planner's turns they idle, or act on their goal in ways the world rejects, and finish at
-    # turn 7, tree_warmstart.LATE_TURNS): failures that stop as late as the planner's successes
-    # (grader_probe.late_finish)
-    late_grades: bool = False
 
     def __post_init__(self):
         for name in ("episodes", "steps", "batch_size", "learning_rate"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"WarmStart.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.grader_steps < 0:
-            raise ValueError(f"WarmStart.grader_steps must be >= 0, got {self.grader_steps!r}")
-        for name in ("stall_grades", "late_grades"):
-            if getattr(self, name) and not (self.failure_grades or self.grader_steps):
-                raise ValueError(f"WarmStart.{name} adds grade rows to failure_grades' or to the grader phase's; set "
-                                 "failure_grades=True or grader_steps > 0 with it")
-        if not 0.0 <= self.grader_replay < 1.0:
-            raise ValueError(f"WarmStart.grader_replay is a share of the grader phase's batches, in [0, 1); got "
-                             f"{self.grader_replay!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,19 +27,15 @@ initial checkpoint, the env and its kwargs, the prompt settings (a tree run's: t
 tokenizer, so every method and RL seed of an experiment reads one identical warm start.
 
 Reproducibility: a build is a pure function of the cache key's inputs *and* of how XLA:CPU orders its float sums,
-which follows the code of the forward/backward pass, the jax/jaxlib version and the number of CPU cores XLA sees
-(its thread pool partitions the matmuls). Measured: the same build in separate processes on this 2-core machine, idle
-or beside other jobs, with different ``PYTHONHASHSEED`` values, gave bit-identical weights; the same build pinned to
-one core (``taskset -c 0``) did not (2,000 AdamW steps then amplify the last-bit difference into a different policy).
-The CPU type matters too: the tiny Sokoban warm start rebuilt on another machine (2026-12-05, a Xeon with AVX-512,
-the same versions and 2 cores) came out with other weights and another initial policy (pool eval 0.58-0.60 against
-0.461), and capping the code XLA generates at AVX2 there (``XLA_FLAGS=--xla_cpu_max_isa=AVX2``) gave bit-identical
-weights to the uncapped build (sha256 ``f1f65155...``), so the flag cannot reproduce the first machine's build: the
-difference lies below XLA's own code generation (the matmul libraries' run-time CPU dispatch, presumably).
-``warmstart.json`` therefore records ``built_with`` (jax / jaxlib / numpy versions, the CPU count and model, whether
-it has AVX-512, the git revision when known) and ``weights_sha256`` (of the saved safetensors), so two builds can be
-compared by hash; every RL run records what it started from (:func:`initial_policy`, the loop's
-``initial_policy.json``), and the experiments' reports pair two runs only when they started from the same policy.
+which follows the code of the forward/backward pass, the jax/jaxlib version, the number of CPU cores XLA sees (its
+thread pool partitions the matmuls) and the CPU type (the matmul libraries dispatch on it at run time, below XLA's own
+code generation, so ``XLA_FLAGS=--xla_cpu_max_isa`` does not make two CPU types agree). Separate processes with the
+same inputs on the same CPU type and core count give bit-identical weights; a last-bit difference elsewhere grows,
+over a few thousand AdamW steps, into another policy. ``warmstart.json`` therefore records ``built_with`` (jax /
+jaxlib / numpy versions, the CPU count and model, whether it has AVX-512, the git revision when known) and
+``weights_sha256`` (of the saved safetensors), so two builds can be compared by hash; every RL run records what it
+started from (:func:`initial_policy`, the loop's ``initial_policy.json``), and the experiments' reports pair two runs
+only when they started from the same policy.
 
 Deviation: a policy trained on constrained replies only never sees the ``<think>`` block that unconstrained
 projection demands, so the warm start requires ``collect.constrained`` (checked by ``RunConfig.check``).
@@ -152,26 +148,14 @@ def _sft_step(graphdef, params, opt_state, batch: StepBatch, prefix_p=None, *, t
     return optax.apply_updates(params, updates), opt_state, value
 
 
-def draw_rows(rng: np.random.Generator, n: int, size: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """``size`` row indices of ``n`` drawn with replacement: uniformly (the warm starts' stream since the first), or
-    with probabilities ``weights`` (non-negative, summing to 1)."""
-    if weights is None:
-        return rng.integers(0, n, size)
-    weights = np.asarray(weights, np.float64)
-    if weights.shape != (n,) or (weights < 0).any() or not np.isclose(weights.sum(), 1.0):
-        raise ValueError(f"warm start: row weights must be {n} non-negative numbers summing to 1")
-    return rng.choice(n, size, p=weights)
-
-
 def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: int, loss: LossConfig, *,
                max_allowed: int = 16, every: int = 0, callback: Callable[[int, Qwen], None] | None = None,
-               compact_bucket: int | None = None, weights: np.ndarray | None = None) -> list[float]:
+               compact_bucket: int | None = None) -> list[float]:
     """``ws.steps`` AdamW steps of response NLL on ``rows``, in place on ``model``; returns the loss per step.
     With ``compact_bucket`` each batch is compacted first (:func:`agentjax.train.compact.compact_rows`: the same NLL
     up to float rounding on fewer prompt slots; a tree run's node prompts vary in length).
     With ``every`` > 0, ``callback(step, model)`` runs after every ``every``-th step and the last (``model`` holds
-    that step's weights), e.g. a held-out probe (``experiments/crbc/warmstart_curve.py``). ``weights``: each row's
-    probability of being drawn (default uniform)."""
+    that step's weights), e.g. a held-out probe (``experiments/crbc/warmstart_curve.py``)."""
     if not rows:
         raise ValueError("warm start: no demonstration turns")
     graphdef, params = nnx.split(model, nnx.Param)
@@ -180,7 +164,7 @@ def supervised(model: Qwen, rows: Sequence[Demo], ws: WarmStart, lp: int, lr: in
     rng = np.random.default_rng(ws.seed)
     losses = []
     for _ in range(ws.steps):
-        pick = draw_rows(rng, len(rows), ws.batch_size, weights)
+        pick = rng.integers(0, len(rows), ws.batch_size)
         batch = pack_demos([rows[i] for i in pick], lp, lr, max_allowed)
         prefix_p = None
         if compact_bucket is not None:
@@ -206,9 +190,7 @@ def run_demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
 def cache_key(run: RunConfig) -> str:
     ws = run.warm_start
     co = run.collect
-    # the SERA grader fields off: the key the warm starts built before those fields existed have
-    later = ("failure_grades", "grader_steps", "grader_replay", "stall_grades", "late_grades")
-    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir" and (k not in later or v)}
+    fields = {k: v for k, v in vars(ws).items() if k != "cache_dir"}
     parts = [fields, dataclasses.asdict(run.train.model), run.env,
              run.env_kwargs,
              [co.history_length, co.prompt, co.masked_logp, co.constrained_format, co.max_prompt_tokens, co.max_steps,
@@ -270,35 +252,11 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
     lr = ro.response_len if run.rubric_collect is None else max(ro.response_len, run.tree.rubric_tokens,
                                                                  run.tree.grade_tokens)  # SERA: rubric rows
     bucket = TREE_COMPACT_BUCKET if run.tree is not None else None
-    grader: dict[str, Any] = {}
-    if ws.grader_steps and run.rubric_collect is not None:  # SERA: a grader phase after the main steps, which are
-        # the warm start without it (the same rows, seed and steps): loaded from its cache, built there first if not
-        from agentjax.train.tree_warmstart import grade_rows, warm_start_tasks
-
-        main_ws = dataclasses.replace(ws, grader_steps=0, grader_replay=0.0,
-                                      stall_grades=ws.stall_grades and ws.failure_grades,
-                                      late_grades=ws.late_grades and ws.failure_grades)
-        main = warm_start_folder(run.replace(warm_start=main_ws), tokenizer)
-        with open(os.path.join(main, "warmstart.json")) as f:
-            main_record = json.load(f)
-        model, losses, turns = load_hf(main, config=arch), main_record["losses"], main_record["turns"]
-        grades, labels = grade_rows(run, warm_start_tasks(run), tokenizer)
-        mixed, weights = grades, None
-        if ws.grader_replay:  # rehearsal: a grader_replay share of each batch from the main rows
-            rows = _demonstrations(run, tokenizer)
-            mixed = grades + rows
-            weights = np.concatenate([np.full(len(grades), (1 - ws.grader_replay) / len(grades)),
-                                      np.full(len(rows), ws.grader_replay / len(rows))])
-        g_losses = supervised(model, mixed, dataclasses.replace(ws, steps=ws.grader_steps), ro.prompt_len, lr, loss,
-                              max_allowed=run.collect.max_allowed, compact_bucket=bucket, weights=weights)
-        grader = {"main_steps_from": os.path.basename(main), "grader_rows": len(grades),
-                  "grader_successes": sum(labels), "grader_losses": g_losses}
-    else:
-        model = load_hf(ckpt, config=arch) if ckpt else Qwen(arch, rngs=nnx.Rngs(ws.seed))
-        rows = _demonstrations(run, tokenizer)
-        turns = len(rows)
-        losses = supervised(model, rows, ws, ro.prompt_len, lr, loss, max_allowed=run.collect.max_allowed,
-                            compact_bucket=bucket)
+    model = load_hf(ckpt, config=arch) if ckpt else Qwen(arch, rngs=nnx.Rngs(ws.seed))
+    rows = _demonstrations(run, tokenizer)
+    turns = len(rows)
+    losses = supervised(model, rows, ws, ro.prompt_len, lr, loss, max_allowed=run.collect.max_allowed,
+                        compact_bucket=bucket)
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tmp-", dir=root)
     try:
@@ -307,7 +265,7 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
             json.dump({"warm_start": {k: v for k, v in vars(ws).items() if k != "cache_dir"}, "env": run.env,
                        "episodes": episodes, "turns": turns, "loss_first": losses[0], "loss_last": losses[-1],
                        "losses": losses, "seconds": time.perf_counter() - t0, "built_with": build_info(),
-                       "weights_sha256": weights_sha256(tmp), **grader}, f, indent=1)
+                       "weights_sha256": weights_sha256(tmp)}, f, indent=1)
         if os.path.exists(folder):  # another process finished first: keep its copy
             shutil.rmtree(tmp)
         else:

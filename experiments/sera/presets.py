@@ -51,33 +51,8 @@ ENV = "textcraft_synth"
 # rewards and nothing else (1 : 0 : 0), RAO + D trains leaf coverage on RAO's verifier-labelled trees (12 : 4 : 0).
 ARMS: dict[str, tuple[str, tuple[int, int, int]]] = {
     "rao": ("rao", (1, 0, 0)), "rao_d": ("rao", (3, 1, 0)), "sera": ("sera", (3, 1, 1)),
-    "sera_wo_d": ("sera", (3, 0, 1)), "sera_wo_rt": ("sera", (3, 1, 0)), "sera_exec": ("sera", (1, 0, 0)),
-    "sera_fg": ("sera", (3, 1, 1)), "sera_gw": ("sera", (3, 1, 1)), "sera_gwr": ("sera", (3, 1, 1)),
-    "sera_gwrs": ("sera", (3, 1, 1)), "sera_gwrsl": ("sera", (3, 1, 1))}
-GRADER_STEPS = 100
-GRADER_REPLAY = 0.5
-# SERA arms whose warm start differs from SERA's (its WarmStart fields; everything else is SERA's). The planner
-# trees' grades are all successes, and a tiny grader taught by them alone passes every child (results/<name>_grader.md).
-# sera_fg: the early-finish trees' grades (mostly failures) among the main steps' rows (WarmStart.failure_grades).
-# sera_gw: GRADER_STEPS steps on grade rows only after the main steps (WarmStart.grader_steps): its grader reads the
-# child, and its acting policy pays for it (the held-out planner fit in results/sync_grader.md).
-# sera_gwr: the same grader phase with half of each batch from the main rows (WarmStart.grader_replay, rehearsal).
-# sera_gwrs: sera_gwr whose grade rows also grade stalled children (WarmStart.stall_grades; TextWorld-Sync only, where
-# the grader is asked about children that did not finish: the policy's own failures are often those).
-# sera_gwrsl: sera_gwrs whose grade rows also grade late- and busy-finish children (WarmStart.late_grades): failures
-# that finish as late as the planner's successes, idle or acting in ways the world rejects (sera_gwrs passes the busy
-# ones, results/sync_grader.md).
-# None of them is in the default set of runs (the issue's arms on TextCraft-Synth): they are grader recipes, studied on
-# TextWorld-Sync, where every child is graded.
-WARM_VARIANTS: dict[str, dict[str, object]] = {
-    "sera_fg": {"failure_grades": True},
-    "sera_gw": {"grader_steps": GRADER_STEPS},
-    "sera_gwr": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY},
-    "sera_gwrs": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY, "stall_grades": True},
-    "sera_gwrsl": {"grader_steps": GRADER_STEPS, "grader_replay": GRADER_REPLAY, "stall_grades": True,
-                   "late_grades": True}}
-METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm not in ("rao", *WARM_VARIANTS)))
-ALL_METHODS = (*METHODS, *WARM_VARIANTS)
+    "sera_wo_d": ("sera", (3, 0, 1)), "sera_wo_rt": ("sera", (3, 1, 0)), "sera_exec": ("sera", (1, 0, 0))}
+METHODS = ("rao", "grpo", *(arm for arm in ARMS if arm != "rao"))
 SEEDS = (0, 1, 2)
 EVAL_SPLIT = "val_easy_medium"
 EVAL_TASKS = 16
@@ -91,8 +66,7 @@ WARM_START = WarmStart(episodes=128, steps=300, batch_size=16, learning_rate=2e-
 
 def _common(run: RunConfig, method: str, seed: int, results: str, updates: int | None) -> RunConfig:
     base = ARMS[method][0] if method in ARMS else method  # the arms of one base method share its warm start
-    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", base),
-                               **WARM_VARIANTS.get(method, {}))
+    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", base))
     return run.replace(train=run.train.replace(seed=seed), eval_split=EVAL_SPLIT, eval_tasks=EVAL_TASKS,
                        eval_seeds=EVAL_SEEDS, updates=updates or UPDATES, eval_every=EVAL_EVERY,
                        checkpoint_every=EVAL_EVERY, progress=False, warm_start=warm,
@@ -108,7 +82,7 @@ def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | N
         run = run.replace(train=run.train.replace(credit=dataclasses.replace(run.train.credit, stages=stages)))
         return _common(run, method, seed, results, updates)
     if method != "grpo":
-        raise ValueError(f"the SERA tiny experiment compares {ALL_METHODS}, not {method!r}")
+        raise ValueError(f"the SERA tiny experiment compares {METHODS}, not {method!r}")
     run = preset("tiny", "grpo", ENV)
     tree = preset("tiny", "rao", ENV)
     train = run.train.replace(model=ModelConfig(tiny_tree_arch()), optimizer=tree.train.optimizer, mini_batches=1,
@@ -148,12 +122,11 @@ def sync_run(seed: int = 0, *, method: str = "rao", results: str = RESULTS, upda
     base, stages = ARMS[method]
     run = preset("tiny", base, "textworld_sync")
     credit = dataclasses.replace(run.train.credit, stages=stages)
-    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", f"{base}_sync"),
-                               **WARM_VARIANTS.get(method, {}))
+    warm = dataclasses.replace(WARM_START, cache_dir=os.path.join(results, "runs", "warmstart", f"{base}_sync"))
     return run.replace(train=run.train.replace(seed=seed, credit=credit), updates=updates, eval_every=updates,
                        checkpoint_every=updates, progress=False, warm_start=warm, eval_split="validation",
                        out_dir=os.path.join(results, "runs", "sync", method, f"seed{seed}"))
 
 
-__all__ = ["ALL_METHODS", "ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "GRADER_REPLAY", "GRADER_STEPS",
-           "METHODS", "RESULTS", "SEEDS", "WARM_VARIANTS", "smoke_run", "sync_run", "tiny_run"]
+__all__ = ["ARMS", "ENV", "EVAL_SEEDS", "EVAL_SPLIT", "EVAL_TASKS", "METHODS", "RESULTS", "SEEDS", "smoke_run",
+           "sync_run", "tiny_run"]

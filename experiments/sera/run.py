@@ -6,7 +6,7 @@ on TextWorld-Sync.
     python experiments/sera/run.py                       # RAO and GRPO, seeds 0-2 (presets.py: what is matched)
     python experiments/sera/run.py --methods rao --seeds 0
     python experiments/sera/run.py --sync                 # TextWorld-Sync: tiny RAO run, seed 0 (shared world)
-    python experiments/sera/run.py --sync --methods rao sera sera_gwrs --seeds 0 1 2  # ... SERA (+ a grader phase)
+    python experiments/sera/run.py --sync --methods rao sera --seeds 0 1 2   # ... RAO and SERA, 3 seeds
     python experiments/sera/run.py --smoke                # 2 updates from a tiny warm start: the pipeline
     python experiments/sera/run.py --report-only          # rebuild the tables from the runs' files
     python experiments/sera/run.py --methods sera --search 2   # + rubric-guided search on the last checkpoints
@@ -40,13 +40,11 @@ from agentjax.train.runconfig import RunConfig  # noqa: E402
 from experiments.crbc.report import eval_outcomes, write_report  # noqa: E402
 from experiments.crbc.run import compile_cache, run_all  # noqa: E402
 from experiments.sera.presets import (  # noqa: E402
-    ALL_METHODS,
     ARMS,
     EVAL_SPLIT,
     METHODS,
     RESULTS,
     SEEDS,
-    WARM_VARIANTS,
     smoke_run,
     sync_run,
     tiny_run,
@@ -313,11 +311,10 @@ def finished(runs: Runs) -> Runs:
 def pairing(methods: list[str]) -> dict:
     """The paired column of a report of ``methods`` (``write_report``'s arguments): with flat GRPO among them (the
     tiny comparison) every method against GRPO; else (an arms report, TextWorld-Sync) each arm against its base
-    method (:data:`ARMS`: SERA's or RAO's), over the seeds where both started from the same policy; an arm with a
-    warm start of its own (:data:`WARM_VARIANTS`) is not paired."""
+    method (:data:`ARMS`: SERA's or RAO's), over the seeds where both started from the same policy."""
     if "grpo" in methods:
         return {"threshold_method": "grpo"}
-    bases = {m: ARMS[m][0] for m in methods if m in ARMS and m not in WARM_VARIANTS}
+    bases = {m: ARMS[m][0] for m in methods if m in ARMS}
     return {"baselines": bases, "baseline_column": "base arm", "threshold_method": "", "same_start": True}
 
 
@@ -386,7 +383,7 @@ def report_command(runs: Runs, name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", nargs="+", choices=ALL_METHODS, help=f"default: {' '.join(METHODS)} (--sync: rao)")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, help=f"default: {' '.join(METHODS)} (--sync: rao)")
     parser.add_argument("--seeds", nargs="+", type=int, help=f"default: {' '.join(map(str, SEEDS))} (--smoke, "
                         "--sync: 0)")
     parser.add_argument("--updates", type=int, help="override the preset's number of optimizer steps")

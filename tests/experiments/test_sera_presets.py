@@ -74,12 +74,11 @@ def test_the_report_pairs_a_tree_run_with_a_flat_one(tmp_path):
 
 def test_an_arms_report_pairs_each_arm_with_its_base_where_they_started_alike(tmp_path):
     """Without GRPO among the runs each arm's paired column is against its base method (SERA's, RAO's), over the
-    seeds whose runs started from the same policy (an arm with a warm start of its own is not paired); the tiny
-    comparison keeps GRPO."""
+    seeds whose runs started from the same policy; the tiny comparison keeps GRPO."""
     from experiments.sera.run import pairing
 
     assert pairing(["rao", "grpo", "sera"]) == {"threshold_method": "grpo"}
-    arms = pairing(["rao", "rao_d", "sera", "sera_exec", "sera_fg"])  # sera_fg: a warm start of its own
+    arms = pairing(["rao", "rao_d", "sera", "sera_exec"])
     assert arms["baselines"] == {"rao": "rao", "rao_d": "rao", "sera": "sera", "sera_exec": "sera"}
     runs = {}
     for method, seed, final, weights in (("sera", 0, [1, 0], "a"), ("sera_exec", 0, [1, 1], "a"),
@@ -104,17 +103,16 @@ def test_pairwise_accuracy_by_hand():
 
 def test_the_ablation_arms_change_the_schedule_only():
     """SERA w/o D / w/o RT / execution-only and RAO + D (SERA Table 3) are their base arm with another stage cycle:
-    everything else, warm start included, is the base's (SERA with failure grades or a grader phase: all but the warm
-    start)."""
+    everything else, warm start included, is the base's."""
     from agentjax.train.config import SERACredit
-    from experiments.sera.presets import ARMS, WARM_VARIANTS
+    from experiments.sera.presets import ARMS
 
     for arm, (base, stages) in ARMS.items():
         run, ref = tiny_run(arm, 2), tiny_run(base, 2)
         assert run.train.credit.stages == stages and type(run.train.credit) is type(ref.train.credit)
         assert dataclasses.replace(run.train.credit, stages=ref.train.credit.stages) == ref.train.credit, arm
         assert run.train.replace(credit=ref.train.credit) == ref.train, arm
-        assert run.warm_start == dataclasses.replace(ref.warm_start, **WARM_VARIANTS.get(arm, {})), arm
+        assert run.warm_start == ref.warm_start, arm
         assert run.tree == ref.tree and run.updates == ref.updates
         assert run.out_dir.endswith(os.path.join(arm, "seed2"))
         run.check()
@@ -282,95 +280,3 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
     assert table[-2:] == ["| sera | finished, > 3 turns | 1 / 1 | 1 / 1 |",
                           "| sera | finished, ≤ 3 turns | — | 1 / 1 |"]
     assert grade_table({("rao", 0): runs["rao", 0]}) is None
-
-
-def test_sera_fg_is_sera_with_failure_grades_in_its_warm_start():
-    from agentjax.train.warmstart import cache_key
-    from experiments.sera.presets import METHODS
-
-    for make in (lambda m: tiny_run(m, 1), lambda m: sync_run(1, method=m)):
-        fg, sera = make("sera_fg"), make("sera")
-        assert fg.warm_start.failure_grades and not sera.warm_start.failure_grades
-        assert fg.train == sera.train and fg.tree == sera.tree and fg.out_dir != sera.out_dir
-        assert cache_key(fg) != cache_key(sera)
-    assert "sera_fg" not in METHODS  # not among the default runs: the committed tables were made before it
-
-
-def test_the_grader_table_probes_each_warm_start_once(tmp_path, monkeypatch):
-    """experiments/sera/grader.py: a row per warm start (arms sharing one probe it once), the result cached beside
-    the weights and read back on a second run."""
-    import agentjax.models
-    import agentjax.train.grader_probe as gp
-    from agentjax.train.warmstart import cache_folder
-    from experiments.sera import grader
-
-    calls = []
-    result = {"tasks": 4.0, "children": 10.0, "successes": 7.0, "failures": 3.0, "pass_rate": 1.0,
-              "pass_rate_se": 0.0, "fail_rate": 0.0, "fail_rate_se": 0.0, "balanced_accuracy": 0.5,
-              "balanced_accuracy_se": 0.0, "agreement": 0.7, "agreement_se": 0.14, "majority": 0.7, "auc": 0.5,
-              "trees": ["planner", "early_finish"], "early_finish/children": 5.0, "early_finish/failures": 3.0,
-              "early_finish/fail_rate": 0.0}
-    monkeypatch.setattr(agentjax.models, "load_hf", lambda folder, config=None: "weights")
-    fit = {"all/turns": 50.0, "all/nll": 0.2, "all/p_reply": 0.9, "act/turns": 45.0, "act/nll": 0.1,
-           "act/p_reply": 0.95, "root/p_finish": 0.01, "child/p_finish": 0.02}
-    monkeypatch.setattr(gp, "planner_fit", lambda run, model, tok, tasks: calls.append("fit") or dict(fit))
-    late = {"late_finish/children": 6.0, "late_finish/failures": 5.0, "late_finish/fail_rate": 0.2,
-            "late_finish/fail_rate_se": 0.18, "late_finish/balanced_accuracy": 0.6,
-            "late_finish/balanced_accuracy_se": 0.09, "busy_finish/children": 6.0, "busy_finish/failures": 0.0,
-            "busy_finish/fail_rate": float("nan"), "busy_finish/fail_rate_se": float("nan"),
-            "busy_finish/balanced_accuracy": float("nan"), "busy_finish/balanced_accuracy_se": float("nan")}
-    monkeypatch.setattr(agentjax.models, "Sampler", lambda model, tok: ("grader", model))
-
-    def late_finish(run, grader, tok, tasks, key, pass_rate, trees):
-        assert grader == ("grader", "weights") and len(tasks) == 4 and pass_rate == (1.0, 0.0)
-        calls.append(("late", *trees))
-        return {k: v for k, v in late.items() if k.split("/")[0] in trees}
-
-    monkeypatch.setattr(gp, "late_finish", late_finish)  # a fresh probe has the late checks, as grader_agreement's
-    monkeypatch.setattr(gp, "grader_agreement", lambda run, model, tok, tasks: calls.append(model) or result | late)
-    folder = cache_folder(tiny_run("sera_exec", 0, results=str(tmp_path)))
-    os.makedirs(folder)
-    open(os.path.join(folder, "warmstart.json"), "w").write("{}")
-    argv = ["--methods", "sera_exec", "sera_wo_d", "--seeds", "0", "--tasks", "4", "--results", str(tmp_path)]
-    for _ in range(2):
-        assert grader.main(argv) == 0
-    assert calls == ["weights", "fit"]  # one warm start, probed once
-    table = open(tmp_path / "tiny_grader.md").read().splitlines()
-    row = "| 10 (7) | 1.00 ± 0.00 | 0.00 ± 0.00 | 0.00 (3) / — | 0.500"  # TextCraft-Synth: no stalled tree
-    assert "| 0.500 ± 0.000 | 0.500 | 0.20 ± 0.18 (5) | 0.600 ± 0.090 | — (0) | — | 0.700 |" in table[-1]
-    assert table[-1].startswith("| sera_exec | warm start `") and row in table[-1]
-    assert "--methods sera_exec sera_wo_d" in table[2]
-    assert table[-1].endswith("| 0.900 (50) | 0.950 (45) | 0.010 / 0.020 |")
-    path = next(p for p in os.listdir(folder) if p.startswith("grader_probe"))  # a cached probe made before the fit
-    cached = json.load(open(os.path.join(folder, path)))  # existed gets the fit added, not a second probe
-    json.dump({k: v for k, v in cached.items() if not k.startswith("fit/")}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit"]
-    cached = json.load(open(os.path.join(folder, path)))  # one whose fit lacks the depth split: the fit again
-    json.dump({k: v for k, v in cached.items() if k != "fit/root/p_finish"}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls == ["weights", "fit", "fit", "fit"]
-    cached = json.load(open(os.path.join(folder, path)))  # one made before the busy tree: that check only
-    json.dump({k: v for k, v in cached.items() if not k.startswith("busy_")}, open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls[-1] == ("late", "busy_finish") and len(calls) == 5
-    cached = json.load(open(os.path.join(folder, path)))  # one made before both: both, and no second probe
-    json.dump({k: v for k, v in cached.items() if not k.startswith(("late_", "busy_"))},
-              open(os.path.join(folder, path), "w"))
-    assert grader.main(argv) == 0 and calls[-1] == ("late", "late_finish", "busy_finish") and len(calls) == 6
-    import agentjax.train.warmstart as warmstart  # --build: each run's warm start made (or found cached) first
-
-    monkeypatch.setattr(warmstart, "warm_start_folder", lambda run, tok: calls.append(("build", run.out_dir)))
-    assert grader.main([*argv, "--build"]) == 0 and [c[0] for c in calls[-2:]] == ["build", "build"]
-    assert len(calls) == 8  # both arms' runs built first, then their (cached) probe read back
-
-
-def test_sera_gw_and_gwr_are_sera_with_a_grader_phase_in_its_warm_start():
-    from agentjax.train.warmstart import cache_key
-    from experiments.sera.presets import GRADER_REPLAY, GRADER_STEPS, METHODS
-
-    for make in (lambda m: tiny_run(m, 1), lambda m: sync_run(1, method=m)):
-        gw, gwr, sera = make("sera_gw"), make("sera_gwr"), make("sera")
-        assert gw.warm_start.grader_steps == gwr.warm_start.grader_steps == GRADER_STEPS > 0
-        assert sera.warm_start.grader_steps == 0 and gw.warm_start.grader_replay == 0
-        assert gwr.warm_start.grader_replay == GRADER_REPLAY > 0
-        assert gw.train == gwr.train == sera.train and gw.tree == gwr.tree == sera.tree
-        assert len({cache_key(gw), cache_key(gwr), cache_key(sera)}) == 3
-    assert "sera_gw" not in METHODS and "sera_gwr" not in METHODS
