@@ -1,7 +1,31 @@
-"""The tiny experiment's report: eval success ± standard error, gains, paired differences, updates to threshold.
+"""Results tables of the tiny experiments (CRBC, SERO, SERA): per-run records, statistics, markdown and curves.
 
-Reads only the runs' files (``metrics.jsonl`` and the per-episode eval outcomes ``eval/<update>.json`` that the
-loop writes), so ``python experiments/crbc/run.py --report-only`` rebuilds the table from the runs.
+A report never needs a run's checkpoints, only a small record of each run, so a table can be rebuilt where the
+runs are absent (a fresh clone: run folders are not kept in git)::
+
+    runs {(label, seed): RunConfig}
+      -- gather -->  records {(label, seed): RunRecord}     (from each run's folder, else from <name>_results.json)
+      -- summarise / markdown / plot -->  <name>_results.md, <name>_curves.png
+    write_report(records, ...) also writes <name>_results.json: the config, the records and the computed table.
+
+:func:`gather` reads a run's record from its folder when the folder has evaluations, and otherwise takes the record
+of the same ``(label, seed)`` from the committed ``<name>_results.json``; so ``run.py ... --report-only`` rebuilds
+every table from git alone, and a machine that has run some seeds adds or replaces exactly those.
+
+A record (:class:`RunRecord`), what the loop writes to a run's folder, reduced:
+
+- ``eval``: ``{update: [tasks, seeds] outcomes}`` of the evaluations (``eval/<update>.json``);
+- ``held_out``: the same for a second series evaluated beside it (``eval/held_out/<update>.json``), or empty;
+- ``train_success``: ``{step: success}`` of the training batches (``metrics.jsonl``: :data:`TRAIN_SUCCESS`);
+- ``initial_policy``: what RL started from (``initial_policy.json``: the warm start's key and weights hash), or None;
+- ``metrics``: ``{key: {step: value}}``, the extra ``metrics.jsonl`` series a report asks for (``metric_keys``;
+  a key ending in ``/`` takes every metric under that prefix), e.g. SERO's ``sero/roots_attempted``;
+- ``steps``: the last step in ``metrics.jsonl`` (whether a run finished: ``steps >= run.updates``).
+
+In ``<name>_results.json`` the records are the list ``"runs"``, one object each with ``label`` and ``seed``; an
+evaluation's outcomes are written as one string of task rows, ``"0110 1000 ..."`` (a task's eval seeds in a row),
+where they are all 0 or 1, else as nested lists. A table made before records were kept has no ``"runs"``: it is
+rendered again from the statistics stored beside (``"results"``, ``"held_out"``) and cannot gain seeds.
 
 Statistics (every run of a seed evaluates the same episodes with the same sampling streams at every eval point,
 and runs of different methods with the same seed share them too: common random numbers, :mod:`agentjax.train.eval`):
@@ -13,9 +37,9 @@ and runs of different methods with the same seed share them too: common random n
 - the paired difference to :data:`BASELINE`: per seed, the mean over the same episodes of the two methods'
   final outcomes' difference (each run's last evaluation), then mean ± SE over seeds;
 - a pair needs one starting policy: with ``same_start`` a seed enters the paired columns only when both runs
-  started from the same policy (:func:`started_alike`: their ``initial_policy.json`` records, else their first
-  evaluations' outcomes); a warm start rebuilt on another machine is another policy (agentjax.train.warmstart),
-  and its runs are listed as unpaired instead;
+  started from the same policy (:func:`started_alike`: their initial-policy records, else their first
+  evaluations' outcomes); a warm start built with other float rounding (another CPU) is another policy
+  (:mod:`agentjax.train.warmstart`), and its runs are listed as unpaired instead;
 - updates to threshold: the first eval update at which the method's seed-mean eval success reaches the threshold
   (default GraphGPO's final seed-mean success, the paper's comparison: "CRBC reaches GraphGPO's final reward in
   about half the updates"); ``—`` if never.
@@ -25,9 +49,10 @@ A difference is called out as within noise when ``|mean| < 2·SE``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,6 +63,50 @@ BASELINE = "grpo"
 # A batch's training success in metrics.jsonl: a flat run's episodes, a tree run's roots (agentjax.train.tree_loop).
 TRAIN_SUCCESS = ("rollout/success_rate", "tree/root_success")
 THRESHOLD_METHOD = "graphgpo"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+Key = tuple[str, int]  # (label, training seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What a report reads of one run (module docstring)."""
+
+    eval: dict[int, np.ndarray]  # {update: [tasks, seeds] outcomes}, sorted by update
+    held_out: dict[int, np.ndarray]  # the held-out series, the same form; {} without one
+    train_success: dict[int, float]  # {step: training batch success}
+    initial_policy: dict[str, Any] | None = None  # initial_policy.json
+    metrics: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)  # {key: {step: value}}
+    steps: int = 0  # the last step in metrics.jsonl
+    source: str = ""  # where it was read: the run folder, or the results JSON (not written)
+
+    def series(self, name: str = "") -> dict[int, np.ndarray]:
+        """The evaluation series ``name``: ``""`` (the main one) or ``"held_out"``."""
+        return self.held_out if name == "held_out" else self.eval
+
+
+def results_path(results: str, name: str) -> str:
+    """``<results>/<name>_results.json``: the table's compact JSON."""
+    return os.path.join(results, f"{name}_results.json")
+
+
+# -- reading runs -----------------------------------------------------------------------------------------------------
+def gather(runs: Mapping[Key, Any], json_path: str, metric_keys: Iterable[str] = ()) -> dict[Key, RunRecord]:
+    """``{(label, seed): record}`` of ``runs`` (``{(label, seed): run}``, anything with an ``out_dir``), in their
+    order: each from its run folder when the folder has evaluations (``eval/<update>.json``), otherwise the record
+    of the same ``(label, seed)`` in the results JSON ``json_path`` (what :func:`write_report` wrote), otherwise
+    left out. ``metric_keys``: the extra ``metrics.jsonl`` series to keep (a key ending in ``/``: every metric
+    under that prefix); a record from the JSON has those it was written with."""
+    keys = tuple(metric_keys)
+    stored = stored_records(json_path)
+    out: dict[Key, RunRecord] = {}
+    for key, run in runs.items():
+        record = read_record(run.out_dir, keys)
+        if record is None:
+            record = stored.get(key)
+        if record is not None:
+            out[key] = record
+    return out
 
 
 def eval_outcomes(out_dir: str, series: str = "") -> dict[int, np.ndarray]:
@@ -53,12 +122,146 @@ def eval_outcomes(out_dir: str, series: str = "") -> dict[int, np.ndarray]:
     return dict(sorted(out.items()))
 
 
-def episode_gain(out_dir: str, series: str = "") -> dict[str, Any]:
-    """One run's eval curve and its gain over the first evaluation, paired episode by episode: ``{"success":
-    {update: rate}, "first", "last" (updates), "gain", "gain_se" (over the episodes), "episodes"}``."""
-    outcomes = eval_outcomes(out_dir, series)
+def _wanted(key: str, metric_keys: tuple[str, ...]) -> bool:
+    return any(key.startswith(k) if k.endswith("/") else key == k for k in metric_keys)
+
+
+def read_record(out_dir: str, metric_keys: Iterable[str] = ()) -> RunRecord | None:
+    """The record of the run in ``out_dir`` (module docstring); None where it has no evaluations."""
+    outcomes = eval_outcomes(out_dir)
     if not outcomes:
-        raise FileNotFoundError(f"{out_dir} has no evaluations (eval/<update>.json)")
+        return None
+    keys = tuple(metric_keys)
+    train: dict[int, float] = {}
+    metrics: dict[str, dict[int, float]] = {}
+    steps = 0
+    path = os.path.join(out_dir, "metrics.jsonl")
+    for line in read_metrics(path) if os.path.exists(path) else []:
+        step = int(line["step"])
+        steps = max(steps, step)
+        found = next((line[k] for k in TRAIN_SUCCESS if k in line), None)
+        if found is not None:
+            train[step] = float(found)
+        for k, v in line.items():
+            if keys and k not in ("step", "time") and _wanted(k, keys):
+                metrics.setdefault(k, {})[step] = float(v)
+    policy = None
+    if os.path.exists(os.path.join(out_dir, "initial_policy.json")):
+        with open(os.path.join(out_dir, "initial_policy.json")) as f:
+            policy = json.load(f)
+    return RunRecord(eval=outcomes, held_out=eval_outcomes(out_dir, "held_out"), train_success=train,
+                     initial_policy=policy, metrics={k: metrics[k] for k in sorted(metrics)}, steps=steps,
+                     source=out_dir)
+
+
+def _as_records(runs: Mapping[Key, Any]) -> dict[Key, RunRecord]:
+    """Records as they are; a run (anything with an ``out_dir``) read from its folder (left out without
+    evaluations)."""
+    out = {}
+    for key, value in runs.items():
+        record = value if isinstance(value, RunRecord) else read_record(value.out_dir)
+        if record is not None:
+            out[key] = record
+    return out
+
+
+# -- the results JSON -------------------------------------------------------------------------------------------------
+def _encode_outcomes(o: np.ndarray) -> str | list:
+    if o.ndim == 2 and np.isin(o, (0.0, 1.0)).all():
+        return " ".join("".join("1" if x else "0" for x in row) for row in o)
+    return o.tolist()
+
+
+def _decode_outcomes(value: str | list) -> np.ndarray:
+    if isinstance(value, str):
+        return np.asarray([[float(c) for c in row] for row in value.split()], np.float64)
+    return np.asarray(value, np.float64)
+
+
+def record_to_json(key: Key, record: RunRecord) -> dict[str, Any]:
+    """One entry of the results JSON's ``"runs"`` (module docstring)."""
+    label, seed = key
+    return {"label": label, "seed": seed, "steps": record.steps, "initial_policy": record.initial_policy,
+            "eval": {str(u): _encode_outcomes(o) for u, o in record.eval.items()},
+            "held_out": {str(u): _encode_outcomes(o) for u, o in record.held_out.items()},
+            "train_success": {str(s): v for s, v in record.train_success.items()},
+            "metrics": {k: {str(s): v for s, v in series.items()} for k, series in record.metrics.items()}}
+
+
+def record_from_json(entry: Mapping[str, Any], source: str = "") -> tuple[Key, RunRecord]:
+    def steps(d):
+        return {int(k): v for k, v in d.items()}
+
+    record = RunRecord(
+        eval=dict(sorted((int(u), _decode_outcomes(o)) for u, o in entry["eval"].items())),
+        held_out=dict(sorted((int(u), _decode_outcomes(o)) for u, o in entry.get("held_out", {}).items())),
+        train_success=steps(entry.get("train_success", {})), initial_policy=entry.get("initial_policy"),
+        metrics={k: steps(v) for k, v in entry.get("metrics", {}).items()}, steps=int(entry.get("steps", 0)),
+        source=source)
+    return (entry["label"], int(entry["seed"])), record
+
+
+def load_results(json_path: str) -> dict[str, Any]:
+    """The results JSON at ``json_path`` as written (``{}`` where there is none)."""
+    if not os.path.exists(json_path):
+        return {}
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def stored_records(json_path: str) -> dict[Key, RunRecord]:
+    """The records in the results JSON at ``json_path`` (``{}`` where it has none)."""
+    return dict(record_from_json(e, json_path) for e in load_results(json_path).get("runs", []))
+
+
+def stored_table(json_path: str, part: str = "results") -> dict[str, dict]:
+    """The computed table stored in the results JSON (``part``: ``"results"`` or ``"held_out"``), its curves' keys
+    back to updates; ``{}`` where there is none."""
+    table = load_results(json_path).get(part, {})
+    for row in table.values():
+        for name in ("curve", "curve_se", "train_curve"):
+            row[name] = {int(u): v for u, v in row.get(name, {}).items()}
+    return table
+
+
+def _portable(value: Any) -> Any:
+    """``value`` with paths inside the repository written relative to its root (a JSON the same on every clone)."""
+    if isinstance(value, str) and value.startswith(ROOT + os.sep):
+        return os.path.relpath(value, ROOT)
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable(v) for v in value]
+    return value
+
+
+def _dump(data: Mapping[str, Any]) -> str:
+    """The results JSON's text: one line per record field (a record's arrays stay on their line), the rest indented
+    by one."""
+    def block(value: Any) -> str:
+        return json.dumps(value, indent=1, default=float).replace("\n", "\n ")
+
+    parts = []
+    for name, value in data.items():
+        if name == "runs":
+            entries = [",\n".join(f"   {json.dumps(k)}: {json.dumps(v, default=float)}" for k, v in e.items())
+                       for e in value]
+            text = "[\n" + ",\n".join("  {\n" + e + "\n  }" for e in entries) + "\n ]" if entries else "[]"
+        else:
+            text = block(value)
+        parts.append(f" {json.dumps(name)}: {text}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+# -- statistics -------------------------------------------------------------------------------------------------------
+def episode_gain(run: RunRecord | str, series: str = "") -> dict[str, Any]:
+    """One run's eval curve and its gain over the first evaluation, paired episode by episode: ``{"success":
+    {update: rate}, "first", "last" (updates), "gain", "gain_se" (over the episodes), "episodes"}``. ``run``: a
+    record or a run folder."""
+    outcomes = run.series(series) if isinstance(run, RunRecord) else eval_outcomes(run, series)
+    if not outcomes:
+        raise FileNotFoundError(f"{run if isinstance(run, str) else 'the record'} has no evaluations "
+                                "(eval/<update>.json)")
     first, last = min(outcomes), max(outcomes)
     diff = (outcomes[last] - outcomes[first]).ravel()
     se = float(diff.std(ddof=1) / np.sqrt(diff.size)) if diff.size > 1 else float("nan")
@@ -66,22 +269,18 @@ def episode_gain(out_dir: str, series: str = "") -> dict[str, Any]:
                 gain=float(diff.mean()), gain_se=se, episodes=int(diff.size))
 
 
-def started_alike(a_dir: str, b_dir: str) -> bool:
-    """Whether two runs of one seed started RL from the same policy: their ``initial_policy.json`` records agree
-    (the warm start's weights hash) where both have one, else their evaluations before the first update (update 0,
-    the same episodes and sampling streams) have identical outcomes, as the same policy's do."""
-    records = []
-    for d in (a_dir, b_dir):
-        path = os.path.join(d, "initial_policy.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                records.append(json.load(f))
+def started_alike(a: RunRecord, b: RunRecord) -> bool:
+    """Whether two runs of one seed started RL from the same policy: their initial-policy records agree (the warm
+    start's weights hash; where it was built is ignored) where both have one, else their evaluations before the
+    first update (update 0, the same episodes and sampling streams) have identical outcomes, as the same policy's
+    do."""
+    records = [r.initial_policy for r in (a, b) if r.initial_policy is not None]
     unhashed = any(r.get("source") == "warm_start" and not r.get("weights_sha256") for r in records)
     if len(records) == 2 and not unhashed:
         return {k: v for k, v in records[0].items() if k != "built_with"} == {
             k: v for k, v in records[1].items() if k != "built_with"}
-    a, b = eval_outcomes(a_dir).get(0), eval_outcomes(b_dir).get(0)
-    return a is not None and b is not None and a.shape == b.shape and bool(np.array_equal(a, b))
+    x, y = a.eval.get(0), b.eval.get(0)
+    return x is not None and y is not None and x.shape == y.shape and bool(np.array_equal(x, y))
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -91,19 +290,19 @@ def _ms(values: list[float]) -> dict[str, float]:
     return {"mean": mean, "se": se, "z": mean / se if se and np.isfinite(se) else float("nan"), "n": float(a.size)}
 
 
-def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = None,
+def summarise(records: Mapping[Key, Any], threshold: float | None = None,
               baselines: Mapping[str, str] | None = None, threshold_method: str = THRESHOLD_METHOD,
               series: str = "", same_start: bool = False) -> dict[str, dict]:
     """Per method: initial / final / best eval success, gain, paired difference to the baseline, mean training
     success and its paired difference, updates to the threshold, and the curves (module docstring).
+    ``records``: ``{(label, seed): RunRecord}`` (a run with an ``out_dir`` instead is read from its folder);
     ``baselines``: each label's baseline (default: :data:`BASELINE` for every label); ``series``: the evaluation
-    series (:func:`eval_outcomes`); ``same_start``: pair a seed only where both runs started alike (module
+    series (``""`` or ``"held_out"``); ``same_start``: pair a seed only where both runs started alike (module
     docstring), listing the others in ``unpaired_seeds``."""
-    outcomes = {k: eval_outcomes(r.out_dir, series) for k, r in runs.items()}
+    records = _as_records(records)
+    outcomes = {k: r.series(series) for k, r in records.items()}
     outcomes = {k: v for k, v in outcomes.items() if v}
-    train = {k: {x["step"]: next(x[key] for key in TRAIN_SUCCESS if key in x) for x in read_metrics(r.out_dir)
-                 if any(key in x for key in TRAIN_SUCCESS)}
-             for k, r in runs.items() if k in outcomes}
+    train = {k: records[k].train_success for k in outcomes}
     labels = list(dict.fromkeys(label for label, _ in outcomes))
     table: dict[str, dict] = {}
     for label in labels:
@@ -132,7 +331,7 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
             continue
         common = [s for s in table[label]["seeds"] if s in table[baseline]["seeds"]]
         if same_start:
-            unpaired = [s for s in common if not started_alike(runs[(label, s)].out_dir, runs[(baseline, s)].out_dir)]
+            unpaired = [s for s in common if not started_alike(records[(label, s)], records[(baseline, s)])]
             common = [s for s in common if s not in unpaired]
             table[label]["unpaired_seeds"] = unpaired
         diffs, tdiffs = [], []
@@ -157,6 +356,7 @@ def summarise(runs: Mapping[tuple[str, int], Any], threshold: float | None = Non
     return table
 
 
+# -- the table and the figure -----------------------------------------------------------------------------------------
 def _fmt(ms: Mapping[str, float] | None, signed: bool = False) -> str:
     if ms is None or not np.isfinite(ms["mean"]):
         return "—"
@@ -188,7 +388,7 @@ def markdown(table: Mapping[str, dict], header: str, baseline: str = BASELINE,
             + (f" {reached} |" if threshold_method else ""))
     unpaired = [f"{label} seed {s}" for label, r in table.items() for s in r.get("unpaired_seeds", [])]
     note = ("\nLeft out of the paired columns (the run and its base started from different policies, e.g. a warm "
-            f"start rebuilt on another machine): {', '.join(unpaired)}.\n" if unpaired else "")
+            f"start built on another CPU): {', '.join(unpaired)}.\n" if unpaired else "")
     return header + "\n".join(rows) + "\n" + note
 
 
@@ -207,7 +407,7 @@ def plot(table: Mapping[str, dict], path: str, held_out: Mapping[str, dict] | No
         for label, r in tab.items():
             steps = list(r["curve"])
             mean = np.array([r["curve"][u] for u in steps])
-            se = np.nan_to_num(np.array([r["curve_se"][u] for u in steps]))
+            se = np.nan_to_num(np.array([r["curve_se"][u] for u in steps], np.float64))
             ax.plot(steps, mean, marker="o", label=label)
             ax.fill_between(steps, mean - se, mean + se, alpha=0.15)
     for label, r in table.items():
@@ -220,34 +420,59 @@ def plot(table: Mapping[str, dict], path: str, held_out: Mapping[str, dict] | No
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, metadata={"Software": None})
     plt.close(fig)
 
 
-def write_report(runs: Mapping[tuple[str, int], Any], results: str, name: str, header: str,
-                 baselines: Mapping[str, str] | None = None, baseline_column: str = BASELINE,
-                 threshold_method: str = THRESHOLD_METHOD, held_out_header: str | None = None,
-                 title: str = "eval success (held-out rooms, ± SE over seeds)", same_start: bool = False) -> dict:
+def write_report(records: Mapping[Key, Any], results: str, name: str, header: str, *,
+                 config: Mapping[str, Any] | None = None, baselines: Mapping[str, str] | None = None,
+                 baseline_column: str = BASELINE, threshold_method: str = THRESHOLD_METHOD,
+                 held_out_header: str | None = None, title: str = "eval success (held-out rooms, ± SE over seeds)",
+                 same_start: bool = False, extra: Mapping[str, Any] | None = None) -> dict:
     """``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results``; returns the table.
+
+    ``records``: ``{(label, seed): RunRecord}`` (:func:`gather`); runs (with an ``out_dir``) instead are gathered
+    here, with the results JSON as the fallback. Without any record, a table the JSON stores is rendered again from
+    its statistics (a table made before records were kept). ``config``: the setting, stored in the JSON (default:
+    the first run's ``to_dict()`` where runs are given; a JSON's own where every record came from it).
     ``baselines`` / ``baseline_column``: each label's paired baseline and the column's name (default GRPO).
-    ``held_out_header``: also tabulate the runs' held-out series (``eval/held_out/``) under this header
-    (``.json``: ``held_out``); ``same_start``: pair only runs that started alike (:func:`summarise`)."""
-    table = summarise(runs, baselines=baselines, threshold_method=threshold_method, same_start=same_start)
-    held_out = summarise(runs, baselines=baselines, threshold_method="", series="held_out",
-                         same_start=same_start) if held_out_header is not None else {}
+    ``held_out_header``: also tabulate the held-out series under this header (``.json``: ``held_out``);
+    ``same_start``: pair only runs that started alike (:func:`summarise`); ``extra``: further tables computed from
+    the same records, stored in the JSON beside (e.g. SERO's ``"branches"``)."""
+    path = results_path(results, name)
+    if any(not isinstance(v, RunRecord) for v in records.values()):
+        if config is None and records:
+            config = next(iter(records.values())).to_dict()
+        records = gather(records, path)
+    stored = load_results(path)
+    if not records and "results" in stored:  # a table without records: its stored statistics
+        table, held_out = stored_table(path), stored_table(path, "held_out") if held_out_header is not None else {}
+        print(f"{name}: no run records; the table is rendered from the statistics stored in {path}")
+    elif not records:
+        raise FileNotFoundError(f"{name}: no run has evaluations and {path} stores no table")
+    else:
+        table = summarise(records, baselines=baselines, threshold_method=threshold_method, same_start=same_start)
+        held_out = summarise(records, baselines=baselines, threshold_method="", series="held_out",
+                             same_start=same_start) if held_out_header is not None else {}
+    if "config" in stored and (config is None or all(r.source == path for r in records.values())):
+        config = stored["config"]  # nothing new was run: the config that made the stored runs
     os.makedirs(results, exist_ok=True)
     text = markdown(table, header, baseline_column, threshold_method)
     if held_out:
         text += "\n" + markdown(held_out, held_out_header, baseline_column, None)
     with open(os.path.join(results, f"{name}_results.md"), "w") as f:
         f.write(text)
-    some = next(iter(runs.values()))
-    with open(os.path.join(results, f"{name}_results.json"), "w") as f:
-        json.dump({"config": some.to_dict(), "results": table} | ({"held_out": held_out} if held_out else {}), f,
-                  indent=1, default=float)
+    data = {"config": _portable(dict(config or {}))}
+    if records:
+        data["runs"] = [record_to_json(k, r) for k, r in records.items()]
+    data |= {"results": table} | ({"held_out": held_out} if held_out else {}) | dict(extra or {})
+    with open(path, "w") as f:
+        f.write(_dump(data))
     plot(table, os.path.join(results, f"{name}_curves.png"), held_out=held_out, title=title)
     print(text)
     return table
 
 
-__all__ = ["BASELINE", "THRESHOLD_METHOD", "eval_outcomes", "markdown", "started_alike", "summarise", "write_report"]
+__all__ = ["BASELINE", "THRESHOLD_METHOD", "TRAIN_SUCCESS", "RunRecord", "episode_gain", "eval_outcomes", "gather",
+           "load_results", "markdown", "plot", "read_record", "record_from_json", "record_to_json", "results_path",
+           "started_alike", "stored_records", "stored_table", "summarise", "write_report"]

@@ -2,18 +2,18 @@
 
 ::
 
-    python experiments/crbc/run.py                      # GRPO, GiGPO, CRBC × seeds 0, 1, 2 (sequential)
+    python experiments/crbc/run.py                      # GRPO, RLOO, GiGPO, HGPO, GraphGPO, CRBC, PPO × seeds 0-2
     python experiments/crbc/run.py --jobs 2             # two runs at a time, in separate processes
-    python experiments/crbc/run.py --methods grpo gigpo crbc hgpo graphgpo --updates 30
+    python experiments/crbc/run.py --methods grpo gigpo crbc --updates 30
     python experiments/crbc/run.py --pool --jobs 2 --methods grpo rloo gigpo hgpo graphgpo crbc
                                                         # the pool setting (below): results/pool_results.md
     python experiments/crbc/run.py --demo               # make demo: the pool setting's GiGPO seed 0, trained anew
     python experiments/crbc/run.py --smoke              # 2 updates, 1 seed, small sizes: the pipeline end to end
-    python experiments/crbc/run.py --report-only        # rebuild the table and figure from the runs' metrics
+    python experiments/crbc/run.py [--pool] --report-only   # rebuild the table and figure without training
 
 Every run has the same budget (the tiny Sokoban preset: 20 updates × 16 groups × 8 rollouts × ≤ 15 turns, 2
 optimizer steps an update at 5e-4; ``--updates`` changes it) and starts from the same supervised warm start on
-oracle demonstrations (4,000 episodes, 2,000 AdamW steps; about 5 minutes on the 2 cores, made once and cached in
+oracle demonstrations (4,000 episodes, 2,000 AdamW steps; about 5 minutes on 2 cores, made once and cached in
 ``results/warmstart/``, identical for every method and seed; see :mod:`agentjax.train.warmstart`). Runs are made
 seed by seed (every method's seed 0 first). Runs that already finished are not re-run (their ``metrics.jsonl``
 reaches ``updates``); an interrupted run resumes from its checkpoint.
@@ -24,18 +24,19 @@ updates) and evaluated on those rooms x 8 seeds and on 16 held-out ``valid`` roo
 Procgen's train / test split in miniature: whether RL improves the policy where it trains, and what that does to
 rooms it never sees. ``results/pool_results.md`` has both tables, ``results/pool_curves.png`` both curves.
 
-The report (:func:`report`) reads only the runs' ``metrics.jsonl`` files, so it reproduces the table from the
-runs: ``results/tiny_results.md`` and ``.json`` (initial, final and best eval success — the mean over eval seeds of
-the success rate on the first ``eval_tasks`` Sokoban ``valid`` rooms; initial is the warm-started policy before the
-first update, best is over the evaluations after updates — and the gain final − initial, as mean ± std over
-training seeds, plus the training batches' success averaged over the run and its difference from GRPO's, paired
-by seed and update: the same rooms), and ``results/tiny_curves.png`` (eval and training success against
-updates, mean ± std).
+The report (:func:`report`, :mod:`experiments.crbc.report`) reads each run's record — from its folder under
+``results/runs/`` (not kept in git) where it has evaluations, else from the committed ``results/<name>_results.json``
+— so ``--report-only`` rebuilds a table on a fresh clone, and seeds run here add to or replace the committed ones.
+``results/<name>_results.md`` holds initial, final and best eval success (initial is the warm-started policy before
+the first update, best is over the evaluations after updates), the gain final − initial, the paired difference to
+GRPO on the same episodes and the training batches' success, as mean ± standard error over training seeds;
+``results/<name>_curves.png`` the eval and training curves.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -51,8 +52,9 @@ if ROOT not in sys.path:
 
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig, run_from_dict  # noqa: E402
+from experiments.crbc.demo import ending, plan, update_progress, warm_start_progress  # noqa: E402
 from experiments.crbc.presets import METHODS, RESULTS, SEEDS, pool_run, smoke_run, tiny_run  # noqa: E402
-from experiments.crbc.report import episode_gain, started_alike, write_report  # noqa: E402
+from experiments.crbc.report import gather, load_results, results_path, write_report  # noqa: E402
 
 
 def finished(run: RunConfig) -> bool:
@@ -122,8 +124,8 @@ def run_all(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
             print(f"{label} seed {seed}: {summary['step']} updates in {time.perf_counter() - t0:.0f} s "
                   f"({summary['seconds_per_update']:.1f} s/update), eval success "
                   f"{summary['last_eval'].get('success_rate', float('nan')):.3f}")
-    else:  # each run in a child process, `jobs` at a time: one process training run after run exhausted its memory
-        # maps (LLVM "Cannot allocate memory", then a segfault, in the 4th TextCraft-Synth run, 2026-12-05)
+    else:  # each run in a child process, `jobs` at a time: one process training run after run exhausts its memory
+        # maps (LLVM "Cannot allocate memory", then a segfault, after a few TextCraft-Synth runs)
         with ThreadPoolExecutor(max(jobs, 1)) as pool:
             codes = dict(zip(todo, pool.map(run_in_process, todo.values()), strict=True))
         failed = {k: c for k, c in codes.items() if c}
@@ -147,20 +149,24 @@ def setting(run: RunConfig) -> str:
 
 
 def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "tiny") -> dict:
-    """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' files
-    (:mod:`experiments.crbc.report`: eval success ± SE over seeds, gains, paired differences, updates to
-    threshold)."""
+    """Write ``<name>_results.md`` / ``.json`` and ``<name>_curves.png`` in ``results`` from the runs' records
+    (:func:`experiments.crbc.report.gather`: each run's folder, else the committed ``<name>_results.json``; eval
+    success ± SE over seeds, gains, paired differences, updates to threshold)."""
     some = next(iter(runs.values()))
+    path = results_path(results, name)
+    records = gather(runs, path)
     flag = {"smoke": " --smoke", "pool": " --pool", "demo": " --demo"}.get(name, "")
-    methods = list(dict.fromkeys(m for m, _ in runs))
+    methods = list(dict.fromkeys(m for m, _ in records)) or list(load_results(path).get("results", {}))
     if name != "demo" and methods != list(METHODS):
         flag += " --methods " + " ".join(methods)
+    command = f"python experiments/crbc/run.py{flag}"
     common = ("the same episodes and sampling streams at every eval point and for every method of a seed)\n\n"
               "Mean ± standard error over training seeds; \"(noise)\" marks |mean| < 2 SE. Made by "
-              f"`python experiments/crbc/run.py{flag}`.\n\n")
+              f"`{command}`; `{command} --report-only` rebuilds this table from `{name}_results.json`.\n\n")
     header = (f"# CRBC tiny experiment: Sokoban 6x6, {some.train.model.arch.name}, `{some.collect.prompt}` prompts "
               f"({setting(some)}, " + common)
-    return write_report(runs, results, name, header, same_start=True, **held_out_report(some))
+    return write_report(records, results, name, header, config=some.to_dict(), same_start=True,
+                        **held_out_report(some))
 
 
 def held_out_report(run: RunConfig) -> dict:
@@ -176,16 +182,29 @@ def held_out_report(run: RunConfig) -> dict:
 
 def demo_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:
     """``make demo``'s run: the pool comparison's run of ``method`` and ``seed`` (:func:`pool_run`, the same config)
-    trained into ``results/runs/demo/<method>/seed<seed>`` (not kept in git), so that a fresh clone trains it
-    rather than reading the comparison's committed files."""
+    trained into its own folder, ``results/runs/demo/<method>/seed<seed>``, apart from the comparison's runs."""
     run = pool_run(method, seed, results=results, updates=updates)
     return run.replace(out_dir=os.path.join(results, "runs", "demo", method, f"seed{seed}"))
+
+
+def demo(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
+    """Train the demo's runs (:func:`run_all`) with a line per stage and progress within each
+    (:mod:`experiments.crbc.demo`)."""
+    from agentjax.train.warmstart import cache_folder
+
+    first = next(iter(runs.values()))
+    cached = first.warm_start is not None and os.path.isfile(os.path.join(cache_folder(first), "warmstart.json"))
+    print(plan(first, cached), flush=True)
+    with warm_start_progress(), contextlib.ExitStack() as stack:
+        for run in runs.values():
+            stack.enter_context(update_progress(run))
+        run_all(runs, jobs)
 
 
 def compile_cache(results: str) -> None:
     """JAX's persistent compilation cache under ``results/runs/.jax_cache``: the runs of an experiment (and the
     children of ``--jobs``) compile the same sampler and update programs, so every run after the first loads them
-    instead of compiling (minutes per run on this CPU)."""
+    instead of compiling (minutes per run on 2 CPU cores)."""
     import jax
 
     jax.config.update("jax_compilation_cache_dir", os.path.join(results, "runs", ".jax_cache"))
@@ -235,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         for (m, s), run in runs.items():
             print(f"{m} seed {s}: {run.updates} updates -> {run.out_dir}")
         return 0
-    if not args.report_only:
+    if args.demo and not args.report_only:
+        demo(runs, args.jobs)
+    elif not args.report_only:
         run_all(runs, args.jobs)
     folder = args.results if not args.smoke else os.path.join(args.results, "runs", "smoke")
     name = "smoke" if args.smoke else "demo" if args.demo else "pool" if args.pool else "tiny"
@@ -269,32 +290,10 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
     if smoke:
         lines.append("This was the smoke size (a minute or two: a 4-episode warm start and 2 updates, so the policy "
                      "is nearly untrained and success near 0 is expected): it checks the pipeline end to end. "
-                     "The tiny experiment itself: python experiments/crbc/run.py --jobs 2 (see README, "
-                     "\"The tiny CRBC experiment\").")
+                     "The tiny experiment itself: python experiments/crbc/run.py --jobs 2 "
+                     "(experiments/crbc/README.md).")
     if demo:
-        for (method, seed), run in runs.items():
-            for series, where in (("", "the pool's rooms"), ("held_out", "held-out rooms")):
-                if series and not run.held_out_tasks:
-                    continue
-                g = episode_gain(run.out_dir, series)
-                lines.append(f"{method} seed {seed}, {where}: eval success {g['success'][g['first']]:.3f} at update "
-                             f"{g['first']} -> {g['success'][g['last']]:.3f} at update {g['last']}, gain "
-                             f"{g['gain']:+.3f} ± {g['gain_se']:.3f} (paired over the {g['episodes']} episodes)")
-            committed = pool_run(method, seed, updates=run.updates)  # the comparison's run of the same config
-            if committed.out_dir != run.out_dir and os.path.exists(os.path.join(committed.out_dir, "metrics.jsonl")):
-                g, where = episode_gain(committed.out_dir), os.path.relpath(committed.out_dir, ROOT)
-                alike = started_alike(run.out_dir, committed.out_dir)
-                lines.append(f"The pool comparison's committed run of the same config ({where}): "
-                             f"{g['success'][g['first']]:.3f} -> {g['success'][g['last']]:.3f} on the pool's rooms; "
-                             + ("this run started from the same policy (update 0's outcomes are identical) and on a "
-                                "CPU like the one that made it repeats it to the last digit." if alike else
-                                "this run started from another policy (update 0's outcomes differ): the warm start "
-                                "built here is not the one that made it, as XLA's CPU numerics differ between "
-                                "machines (agentjax/train/warmstart.py), so the two runs are not expected to match."))
-        lines.append("This was one training seed of the pool comparison's config, so the table has no standard error "
-                     "over seeds; the paired gains above have one over episodes, and a gain under 2 of them is within "
-                     "noise. The whole comparison: python experiments/crbc/run.py --pool --jobs 2 (README, \"The tiny "
-                     "CRBC experiment\").")
+        lines += ending(runs, folder, name)
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ SERO run and its base run differ in ``TrainConfig.sero`` only:
 - :func:`ablation_runs` — the paper's ablations of the weighting (§5.3, §A.7: Root-only, Full-Flat, Depth-decay,
   Shuffled, Short-Bridge k = 1 and 3) and the λ_O sweep {0.05, 0.1, 0.5, 1.0} around a ``method+sero`` run.
 - :func:`matched_run` — the interaction-matched baseline (§A.2): the base method with as many more updates as
-  SERO's branches cost in environment steps (computed from a SERO run's logged ``sero/env_steps``).
+  SERO's branches cost in environment steps (:func:`extra_updates`, from a SERO run's logged ``sero/env_steps``).
 - :func:`paper_run` — the paper's setting (Qwen2.5-1.5B / 7B, GraphGPO or HGPO backbone, ALFWorld or WebShop,
   λ_O = 0.1, one node of 8 × 80 GB GPUs as :func:`agentjax.train.presets.paper`).
 """
@@ -32,9 +32,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from typing import Any
 
 from agentjax.train.config import SeroConfig
-from agentjax.train.metrics import read_metrics
 from agentjax.train.presets import paper, paper_credit
 from agentjax.train.runconfig import RunConfig, WarmStart
 from experiments.crbc.presets import RESULTS as CRBC_RESULTS
@@ -127,16 +127,18 @@ def ablation_runs(method: str, seed: int, *, results: str = RESULTS, updates: in
             for name, sero in ablation_configs().items() if name != "sero"}
 
 
-def extra_updates(sero_run: RunConfig, updates: int | None = None) -> int:
+def extra_updates(sero_record: Any, updates: int | None = None) -> int:
     """How many updates of the base method cost as many environment steps as ``updates`` (default: the run's own)
-    updates of ``sero_run``'s branches (§A.2): ``ceil(updates · mean sero/env_steps / mean primary env steps)`` an
-    update, from the run's metrics."""
-    lines = [x for x in read_metrics(sero_run.out_dir) if "sero/env_steps" in x]
-    if not lines:
-        raise FileNotFoundError(f"{sero_run.out_dir} has no SERO metrics: run it before its matched baseline")
-    branch = sum(x["sero/env_steps"] for x in lines) / len(lines)
-    primary = sum(x["rollout/num_turns"] for x in lines) / len(lines)
-    return math.ceil((updates or len(lines)) * branch / primary)
+    updates of a SERO run's branches (§A.2): ``ceil(updates · mean sero/env_steps / mean primary env steps)`` an
+    update, from the run's record (:class:`experiments.crbc.report.RunRecord` with the ``sero/env_steps`` and
+    ``rollout/num_turns`` series)."""
+    branch_t = sero_record.metrics.get("sero/env_steps", {})
+    if not branch_t:
+        raise ValueError("the SERO run's record has no sero/env_steps: run it before its matched baseline")
+    turns_t = sero_record.metrics["rollout/num_turns"]
+    branch = sum(branch_t.values()) / len(branch_t)
+    primary = sum(turns_t[s] for s in branch_t) / len(branch_t)
+    return math.ceil((updates or len(branch_t)) * branch / primary)
 
 
 def matched_run(method: str, seed: int, extra: int, *, results: str = RESULTS, updates: int | None = None,

@@ -38,7 +38,6 @@ environment steps and time as shares of the update's).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -50,10 +49,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from agentjax.train.config import SeroConfig  # noqa: E402
-from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig  # noqa: E402
-from experiments.crbc.report import write_report  # noqa: E402
-from experiments.crbc.run import compile_cache, finished, held_out_report, run_all, setting  # noqa: E402
+from experiments.crbc.report import RunRecord, gather, load_results, results_path, write_report  # noqa: E402
+from experiments.crbc.run import compile_cache, held_out_report, run_all, setting  # noqa: E402
 from experiments.sero.presets import (  # noqa: E402
     COEF,
     METHODS,
@@ -73,6 +71,9 @@ from experiments.sero.presets import (  # noqa: E402
 Runs = dict[tuple[str, int], RunConfig]
 BRANCH_KEYS = ("roots_attempted", "roots_valid", "roots_gated", "oracle_steps", "trained_steps", "branch_return",
                "suffix_return", "compat_mean", "weight_mean", "env_steps", "time_total")
+# the metrics.jsonl series a SERO report keeps in each run's record (experiments.crbc.report.gather): the branch
+# table's and the interaction-matched baseline's
+SERO_METRICS = (*(f"sero/{k}" for k in BRANCH_KEYS), "rollout/num_turns", "time/")
 
 
 SETTINGS = {"tiny": tiny_run, "pool": pool_run, "textcraft": textcraft_run, "smoke": smoke_run}
@@ -98,13 +99,25 @@ def baselines(runs: Runs) -> dict[str, str]:
     return {lab: lab.split("+")[0].split(":")[0] for lab, _ in runs}
 
 
-def branch_table(runs: Runs) -> dict[str, dict]:
+def finished_records(runs: Runs, json_path: str) -> dict[tuple[str, int], RunRecord]:
+    """The records of the runs that finished (:func:`experiments.crbc.report.gather` with :data:`SERO_METRICS`:
+    each run's folder, else the results JSON ``json_path``); a run cut short would report its last eval as final."""
+    records = gather(runs, json_path, SERO_METRICS)
+    return {k: r for k, r in records.items() if r.steps >= runs[k].updates}
+
+
+def _lines(record: RunRecord) -> list[dict[str, float]]:
+    """The record's metric series as one dict a step (the keys a metrics.jsonl line has, in its order)."""
+    steps = sorted(set().union(*(series.keys() for series in record.metrics.values())))
+    return [{k: series[s] for k, series in sorted(record.metrics.items()) if s in series} for s in steps]
+
+
+def branch_table(records: dict[tuple[str, int], RunRecord]) -> dict[str, dict]:
     """Per SERO arm: the mean over updates and seeds of each ``sero/`` metric, and the branch's environment steps
     and wall time as shares of the primary collection's and of the whole update's."""
     out: dict[str, dict] = {}
-    for lab in dict.fromkeys(lab for lab, _ in runs):
-        lines = [x for (l2, _), r in runs.items() if l2 == lab and os.path.exists(os.path.join(r.out_dir,
-                 "metrics.jsonl")) for x in read_metrics(r.out_dir) if "sero/roots_attempted" in x]
+    for lab in dict.fromkeys(lab for lab, _ in records):
+        lines = [x for (l2, _), r in records.items() if l2 == lab for x in _lines(r) if "sero/roots_attempted" in x]
         if not lines:
             continue
         row = {k: float(np.mean([x.get(f"sero/{k}", 0.0) for x in lines])) for k in BRANCH_KEYS}
@@ -125,37 +138,46 @@ def branch_markdown(table: dict[str, dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def header(runs: Runs, title: str, command: str) -> str:
+def header(runs: Runs, title: str, command: str, name: str) -> str:
     some = next(iter(runs.values()))
     return (f"# {title}: {TITLES.get(some.env, some.env)}, {some.train.model.arch.name}, `{some.collect.prompt}` "
             f"prompts ({setting(some)}, "
             "the same episodes and sampling streams at every eval point and for every arm of a seed)\n\n"
             "Mean ± standard error over training seeds (with one seed: none); \"(noise)\" marks |mean| < 2 SE; "
             "\"final − base\" pairs each arm with its base "
-            f"method (no SERO) on the same episodes. Made by `{command}`.\n\n")
+            f"method (no SERO) on the same episodes. Made by `{command}`; `{command} --report-only` rebuilds this "
+            f"table from `{name}_results.json`.\n\n")
 
 
 def report(runs: Runs, results: str, name: str, title: str, command: str) -> dict:
-    done = {k: r for k, r in runs.items() if finished(r)}  # a run cut short would report its last eval as final
-    missing = sorted(f"{lab} seed {s}" for (lab, s) in runs if (lab, s) not in done)
-    if not done:
+    """``<name>_results.*`` (:func:`experiments.crbc.report.write_report`) and ``<name>_branches.md`` (what the
+    branches did) from the finished runs' records; the JSON keeps the branch table as ``"branches"``."""
+    path = results_path(results, name)
+    done = finished_records(runs, path)
+    stored = load_results(path)
+    if not done and "results" in stored and "runs" not in stored:  # a table made before records were kept
+        listed = {(lab, s) for lab, row in stored["results"].items() for s in row["seeds"]}
+        shown, branches = {k: r for k, r in runs.items() if k in listed}, stored.get("branches", {})
+    else:
+        shown, branches = {k: runs[k] for k in done}, branch_table(done)
+    missing = sorted(f"{lab} seed {s}" for (lab, s) in runs if (lab, s) not in shown)
+    if not shown:
         raise SystemExit(f"no finished runs to report ({', '.join(missing)})")
     note = f"Not finished in this folder (left out): {', '.join(missing)}.\n\n" if missing else ""
-    table = write_report(done, results, name, header(done, title, command) + note, baselines=baselines(done),
-                         baseline_column="base", same_start=True,
-                         **held_out_report(next(iter(done.values()))))
-    branches = branch_table(done)
+    some = next(iter(shown.values()))
+    table = write_report(done, results, name, header(shown, title, command, name) + note, config=some.to_dict(),
+                         baselines=baselines(shown), baseline_column="base", same_start=True,
+                         extra={"branches": branches} if branches else None, **held_out_report(some))
     if branches:
         text = (f"# What the branches did ({name})\n\nMean over updates and seeds of the `sero/` metrics: roots "
                 "attempted (groups with a failure) / valid (restored and checked) / gated in (the oracle succeeded "
                 "where the rollout failed), oracle steps, the branch's and the failed rollout's success from the "
                 "root, the behaviour compatibility and weight of an oracle step, and the branch's environment steps "
-                "and wall time as shares of the primary rollouts' turns and of the whole update.\n\n"
+                "and wall time as shares of the primary rollouts' turns and of the whole update. Made by "
+                f"`{command}`; `{command} --report-only` rebuilds it from `{name}_results.json`.\n\n"
                 + branch_markdown(branches))
         with open(os.path.join(results, f"{name}_branches.md"), "w") as f:
             f.write(text)
-        with open(os.path.join(results, f"{name}_branches.json"), "w") as f:
-            json.dump(branches, f, indent=1)
         print(text)
     return table
 
@@ -202,18 +224,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.report_only:
         run_all(runs, args.jobs)
+    folder = os.path.join(args.results, "runs", "smoke") if args.smoke else args.results
     if args.matched:  # after the SERO runs: their branches' environment steps set the extra updates
         matched: Runs = {}
-        for (lab, seed), run in list(runs.items()):
-            if lab.endswith("+sero") and finished(run):
-                method = lab.split("+")[0]
-                matched[(f"{method}:matched", seed)] = matched_run(method, seed, extra_updates(run, args.updates),
-                                                                   results=args.results, updates=args.updates,
-                                                                   pool=args.pool)
+        arms = {k: r for k, r in runs.items() if k[0].endswith("+sero")}
+        for (lab, seed), record in finished_records(arms, results_path(folder, name)).items():
+            method = lab.split("+")[0]
+            matched[(f"{method}:matched", seed)] = matched_run(method, seed, extra_updates(record, args.updates),
+                                                               results=args.results, updates=args.updates,
+                                                               pool=args.pool)
         if not args.report_only:
             run_all(matched, args.jobs)
         runs |= matched
-    folder = os.path.join(args.results, "runs", "smoke") if args.smoke else args.results
     given, skip = [], False  # the command line that made the runs: without --report-only and --jobs N
     for a in sys.argv[1:] if argv is None else argv:
         if not skip and a not in ("--report-only", "--jobs"):

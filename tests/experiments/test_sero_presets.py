@@ -139,7 +139,6 @@ def test_the_textcraft_setting_has_its_own_report_and_no_ablations(tmp_path, mon
 
     written = []
     monkeypatch.setattr(run, "report", lambda runs, folder, name, title, command: written.append((name, set(runs))))
-    monkeypatch.setattr(run, "finished", lambda r: True)
     argv = ["--textcraft", "--methods", "graphgpo", "--seeds", "0", "--report-only", "--results", str(tmp_path)]
     assert run.main(argv) == 0
     assert written == [("textcraft", {("graphgpo", 0), ("graphgpo+sero", 0)})]
@@ -182,8 +181,8 @@ def test_run_writes_only_the_reports_its_runs_make(flags, names, tmp_path, monke
 
     written = []
     monkeypatch.setattr(run, "report", lambda runs, folder, name, title, command: written.append((name, set(runs))))
-    monkeypatch.setattr(run, "finished", lambda r: True)
-    monkeypatch.setattr(run, "extra_updates", lambda r, updates=None: 1)
+    monkeypatch.setattr(run, "finished_records", lambda runs, path: dict.fromkeys(runs))  # every run finished
+    monkeypatch.setattr(run, "extra_updates", lambda record, updates=None: 1)
     argv = ["--pool", "--methods", "graphgpo", "--seeds", "0", "--report-only", "--results", str(tmp_path), *flags]
     assert run.main(argv) == 0
     assert [name for name, _ in written] == names
