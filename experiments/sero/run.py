@@ -73,7 +73,7 @@ BRANCH_KEYS = ("roots_attempted", "roots_valid", "roots_gated", "oracle_steps", 
                "suffix_return", "compat_mean", "weight_mean", "env_steps", "time_total")
 # the metrics.jsonl series a SERO report keeps in each run's record (experiments.crbc.report.gather): the branch
 # table's and the interaction-matched baseline's
-SERO_METRICS = (*(f"sero/{k}" for k in BRANCH_KEYS), "rollout/num_turns", "time/")
+SERO_METRICS = (*(f"sero/{k}" for k in BRANCH_KEYS), "rollout/num_turns", "time/total")
 
 
 SETTINGS = {"tiny": tiny_run, "pool": pool_run, "textcraft": textcraft_run, "smoke": smoke_run}
@@ -122,7 +122,7 @@ def branch_table(records: dict[tuple[str, int], RunRecord]) -> dict[str, dict]:
             continue
         row = {k: float(np.mean([x.get(f"sero/{k}", 0.0) for x in lines])) for k in BRANCH_KEYS}
         turns = float(np.mean([x["rollout/num_turns"] for x in lines]))
-        total = float(np.mean([sum(v for k, v in x.items() if k.startswith("time/")) for x in lines]))
+        total = float(np.mean([x["time/total"] for x in lines]))  # the update's wall time, evaluations included
         row |= {"updates": len(lines), "env_step_share": row["env_steps"] / turns,
                 "time_share": row["time_total"] / total if total else float("nan")}
         out[lab] = row
@@ -134,8 +134,11 @@ def branch_markdown(table: dict[str, dict]) -> str:
             "compat_mean", "weight_mean", "env_step_share", "time_share")
     rows = ["| arm | updates | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
     for lab, r in table.items():
-        rows.append(f"| {lab} | {r['updates']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |")
-    return "\n".join(rows) + "\n"
+        rows.append(f"| {lab} | {r['updates']} | " + " | ".join(f"{r[c]:.3f}" if c in r else "—" for c in cols)
+                    + " |")
+    unknown = any("time_share" not in r for r in table.values())  # a table kept without its runs' update times
+    note = "\nWhat was kept of these runs does not give their time share (—).\n" if unknown else ""
+    return "\n".join(rows) + "\n" + note
 
 
 def header(runs: Runs, title: str, command: str, name: str) -> str:
