@@ -131,10 +131,11 @@ def test_cost_table_counts_the_labels_each_method_trains_on(tmp_path):
 
     def write(name, rows):
         out = tmp_path / name
-        out.mkdir()
+        (out / "eval").mkdir(parents=True)
+        (out / "eval" / "0.json").write_text(json.dumps({"outcomes": [[0, 1]]}))  # a run's record needs one
         with open(out / "metrics.jsonl", "w") as f:
-            for stage, judged, graded in rows:
-                f.write(json.dumps({"step": 1, "schedule/stage": stage, "judge/requests": judged,
+            for step, (stage, judged, graded) in enumerate(rows, 1):
+                f.write(json.dumps({"step": step, "schedule/stage": stage, "judge/requests": judged,
                                     "grade/calls": graded, "rubric/calls": 1.0}) + "\n")
         return str(out)
 
@@ -191,27 +192,26 @@ def test_the_report_leaves_out_runs_still_training(tmp_path, capsys):
 
 
 def test_the_report_says_what_each_run_started_from(tmp_path):
-    """Seeds run on machines of different types start from different builds of one warm start: the report names each
+    """Seeds whose warm starts were built on different CPU types start from different policies: the report names each
     run's start from its initial_policy.json, grouping seeds that share one, and says where a run has no record."""
+    from experiments.crbc.report import read_record
     from experiments.sera.run import start_label, starts_section
 
     def run(seed, record):
         out = tmp_path / f"seed{seed}"
-        out.mkdir()
+        _write_run(out, {0: [[0, 1]]}, "tree/root_success")
         if record is not None:
             (out / "initial_policy.json").write_text(json.dumps(record))
-        return tiny_run("sera_exec", seed).replace(out_dir=str(out))
+        return read_record(str(out))
 
     warm = {"source": "warm_start", "key": "k", "weights_sha256": "5367b6ea1fafe5949f1e", "built_with":
             {"cpu_model": "Intel(R) Xeon(R) Processor"}}
-    runs = {("sera_exec", 0): run(0, None), ("sera_exec", 1): run(1, warm), ("sera_exec", 2): run(2, warm),
-            ("rao", 0): tiny_run("rao", 0).replace(out_dir=str(tmp_path / "seed3"))}
-    (tmp_path / "seed3").mkdir()
-    (tmp_path / "seed3" / "initial_policy.json").write_text(json.dumps({"source": "random", "seed": 0}))
-    assert start_label(str(tmp_path / "seed1")) == "warm start `5367b6ea1faf`, built on Intel(R) Xeon(R) Processor"
-    lines = starts_section(runs).splitlines()
-    assert lines[2] == ("- sera_exec: seed 0: no record (made before runs recorded their start); seeds 1, 2: warm "
-                        "start `5367b6ea1faf`, built on Intel(R) Xeon(R) Processor")
+    records = {("sera_exec", 0): run(0, None), ("sera_exec", 1): run(1, warm), ("sera_exec", 2): run(2, warm),
+               ("rao", 0): run(3, {"source": "random", "seed": 0})}
+    assert start_label(warm) == "warm start `5367b6ea1faf`, built on Intel(R) Xeon(R) Processor"
+    lines = starts_section(records).splitlines()
+    assert lines[2] == ("- sera_exec: seed 0: no record of its initial policy; seeds 1, 2: warm start `5367b6ea1faf`, "
+                        "built on Intel(R) Xeon(R) Processor")
     assert lines[3] == "- rao: seed 0: random init, seed 0"
 
 
@@ -280,3 +280,22 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
     assert table[-2:] == ["| sera | finished, > 3 turns | 1 / 1 | 1 / 1 |",
                           "| sera | finished, ≤ 3 turns | — | 1 / 1 |"]
     assert grade_table({("rao", 0): runs["rao", 0]}) is None
+
+
+@pytest.mark.parametrize("name, flags", [("sync", ["--sync"]), ("tiny", []), ("arms", ["--name", "arms"])])
+def test_the_committed_tables_come_from_their_json_alone(tmp_path, name, flags):
+    """``run.py --report-only`` where no run folder exists (a clone: run folders are not in git) rebuilds every
+    committed table of a report from its ``<name>_results.json`` alone: the same markdown, byte for byte, and the
+    same JSON."""
+    import shutil
+
+    from experiments.sera.presets import RESULTS
+    from experiments.sera.run import main
+
+    shutil.copy(os.path.join(RESULTS, f"{name}_results.json"), tmp_path)
+    assert main([*flags, "--report-only", "--results", str(tmp_path)]) == 0
+    made = sorted(p for p in os.listdir(tmp_path) if p.endswith(".md"))
+    assert made == sorted(p for p in os.listdir(RESULTS) if p.startswith(f"{name}_") and p.endswith(".md"))
+    assert {"results", "shape", "cost", "grades"} <= {p[len(name) + 1:-3] for p in made}
+    for table in [*made, f"{name}_results.json"]:
+        assert (tmp_path / table).read_text() == open(os.path.join(RESULTS, table)).read(), table
