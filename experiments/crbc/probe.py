@@ -1,17 +1,19 @@
-"""One tiny Sokoban run with the RL step changed: the probes that chose the tiny preset's learning rate.
+"""One tiny Sokoban run with the RL step changed: the probes behind the tiny preset's step and the pool setting.
 
 The run is ``experiments/crbc/presets.py``'s ``tiny_run`` (the shared warm start, the same 128 eval episodes and
-sampling streams at every eval point) with the learning rate and the optimizer steps per update set here, written
-to ``--out``; at the end it prints the eval success at every eval point and the gain over the first one, paired by
-episode (mean ± standard error over the 128 episodes).
+sampling streams at every eval point) with the learning rate and the optimizer steps per update set here (and
+optionally the batch shape, the policy's size or the warm start's length), written to ``--out``; at the end it
+prints the eval success at every eval point and the gain over the first one, paired by episode (mean ± standard
+error over the 128 episodes).
 
     python experiments/crbc/probe.py --method grpo --lr 5e-4 --mini-batches 1 --out /tmp/probe/grpo-5e-4
+    python experiments/crbc/probe.py ... --out DIR --record NAME --description "what it varies"
+    python experiments/crbc/probe.py --table            # results/probes.md from results/probes.json
 
-The probes of the README ("The tiny CRBC experiment"), each 20 updates from the warm start, seed 0: GRPO at 2e-3 /
-4 steps an update (the old preset), 5e-4 / 1, 2e-4 / 4, 2e-3 / 1 and GiGPO at 1e-3 / 1; GiGPO at the preset's 5e-4 / 2
-for 60 updates; and with ``--fixed-rooms 16`` (GiGPO 5e-4 / 2 and 2e-3 / 4) the check that RL improves the policy on
-the rooms it trains on: every update draws its 16 groups from the eval split's first 16 rooms, and the evaluation
+With ``--fixed-rooms 16`` every update draws its 16 groups from the eval split's first 16 rooms, and the evaluation
 plays those same rooms (8 sampling seeds each, 128 episodes), so the curve is training-room success, not held-out.
+``--record NAME`` adds the probe's curve, gain and command to ``results/probes.json`` (replacing one of that name)
+and rebuilds ``results/probes.md``, the table of the probes kept.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
+import shlex
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
@@ -27,8 +31,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from agentjax.train import runconfig  # noqa: E402
 from agentjax.train.presets import tiny_arch  # noqa: E402
 from experiments.crbc import run as experiment  # noqa: E402
-from experiments.crbc.presets import tiny_run  # noqa: E402
+from experiments.crbc.presets import RESULTS, tiny_run  # noqa: E402
 from experiments.crbc.report import episode_gain  # noqa: E402
+
+PROBES = os.path.join(RESULTS, "probes.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +47,54 @@ class FixedRooms(runconfig.EnvSpec):
         return super().tasks(self.eval_split)[:self.rooms] if split == self.train_split else super().tasks(split)
 
 
+def table(probes: list[dict]) -> str:
+    """``results/probes.md``: one row per kept probe (description, command, success by update, paired gain)."""
+    rows = ["# Probes of the tiny Sokoban RL step (GiGPO, seed 0, from the tiny preset's warm start)", "",
+            "Eval success on the same 128 episodes (common random numbers) at every eval point: \"held-out\" is 64 "
+            "`valid` rooms x 2 sampling seeds, \"the 16 rooms it trains on\" (`--fixed-rooms 16`) those rooms x 8 "
+            "seeds; gain = last − first, paired by episode (± SE over the 128 episodes); \"(noise)\" marks "
+            "|gain| < 2 SE. Each row's command (with `--out DIR --record NAME`) made it; `python "
+            "experiments/crbc/probe.py --table` rebuilds this table from `probes.json`.", "",
+            "| probe | command | success by update | gain |", "|---|---|---|---|"]
+    for p in probes:
+        curve = ", ".join(f"{u}: {v:.3f}" for u, v in p["success"].items())
+        noise = " (noise)" if abs(p["gain"]) < 2 * p["gain_se"] else ""
+        gain = f"{p['gain']:+.3f} ± {p['gain_se']:.3f}{noise}"
+        rows.append(f"| {p['description']} | `{p['command']}` | {curve} | {gain} |")
+    return "\n".join(rows) + "\n"
+
+
+def write_table(path: str = PROBES) -> str:
+    with open(path) as f:
+        text = table(json.load(f)["probes"])
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:
+        f.write(text)
+    return text
+
+
+def record(name: str, description: str, argv: list[str], curve: dict, path: str = PROBES) -> None:
+    """Add (or replace) probe ``name`` in ``path`` with its command (``argv`` without ``--out`` and the recording
+    flags) and curve, and rebuild the table."""
+    drop = {"--out", "--record", "--description"}
+    kept = [a for i, a in enumerate(argv) if a not in drop and (i == 0 or argv[i - 1] not in drop)]
+    entry = {"name": name, "description": description,
+             "command": " ".join(["python experiments/crbc/probe.py", *map(shlex.quote, kept)])} | {
+        k: curve[k] for k in ("success", "first", "last", "gain", "gain_se", "episodes")}
+    probes = []
+    if os.path.exists(path):
+        with open(path) as f:
+            probes = [p for p in json.load(f)["probes"] if p["name"] != name]
+    with open(path, "w") as f:
+        json.dump({"probes": [*probes, entry]}, f, indent=1)
+    write_table(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="grpo")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, required=True, help="AdamW learning rate")
-    parser.add_argument("--mini-batches", type=int, required=True, help="optimizer steps per update")
+    parser.add_argument("--lr", type=float, help="AdamW learning rate (required)")
+    parser.add_argument("--mini-batches", type=int, help="optimizer steps per update (required)")
     parser.add_argument("--updates", type=int, default=None, help="default: the preset's")
     parser.add_argument("--groups", type=int, default=None, help="rooms an update (default: the preset's 16)")
     parser.add_argument("--group-size", type=int, default=None,
@@ -62,8 +110,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-steps", type=int, default=None,
                         help="AdamW steps of the warm start (default: the preset's 2,000; a weaker start is cached "
                              "under its own key)")
-    parser.add_argument("--out", required=True, help="the run's folder")
+    parser.add_argument("--out", help="the run's folder (required)")
+    parser.add_argument("--record", metavar="NAME", help="keep the probe in results/probes.json and .md")
+    parser.add_argument("--description", default="", help="with --record: what the probe varies, in words")
+    parser.add_argument("--table", action="store_true", help="rebuild results/probes.md from results/probes.json")
     args = parser.parse_args(argv)
+    if args.table:
+        print(write_table())
+        return
+    if args.lr is None or args.mini_batches is None or not args.out:
+        parser.error("--lr, --mini-batches and --out are required")
     run = tiny_run(args.method, args.seed, updates=args.updates)
     optimizer = dataclasses.replace(run.train.optimizer, learning_rate=args.lr)
     run = run.replace(train=run.train.replace(optimizer=optimizer, mini_batches=args.mini_batches), out_dir=args.out)
@@ -92,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     experiment.compile_cache(experiment.RESULTS)
     experiment.run_one(run)
     curve = episode_gain(args.out)
+    if args.record:
+        record(args.record, args.description or args.record, sys.argv[1:] if argv is None else argv, curve)
     print(json.dumps(dict(method=args.method, seed=args.seed, lr=args.lr, mini_batches=args.mini_batches,
                           groups=run.train.rollout.num_groups, group_size=run.train.rollout.group_size,
                           arch=run.train.model.arch.name, warm_steps=run.warm_start.steps,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -107,3 +108,22 @@ def test_the_warm_start_curve_probes_held_out_agreement(tmp_path):
     assert [r["step"] for r in records] == [2, 3]
     for r in records:
         assert 0.0 <= r["agreement"] <= 1.0 and r["turns"] > 0 and np.isfinite(r["loss"])
+
+
+def test_the_probe_table_rebuilds_from_its_json(tmp_path):
+    """`python experiments/crbc/probe.py --table`: results/probes.md from results/probes.json; --record keeps a
+    probe's command without its output folder and the recording flags, replacing a probe of the same name."""
+    from experiments.crbc import probe
+
+    committed = pathlib.Path(probe.PROBES)
+    assert probe.table(json.loads(committed.read_text())["probes"]) == committed.with_suffix(".md").read_text()
+    curve = {"success": {0: 0.5, 4: 0.75}, "first": 0, "last": 4, "gain": 0.25, "gain_se": 0.1, "episodes": 8}
+    path = str(tmp_path / "probes.json")
+    argv = ["--method", "gigpo", "--lr", "1e-3", "--mini-batches", "2", "--out", "/tmp/x", "--record", "a",
+            "--description", "two words"]
+    probe.record("a", "two words", argv, curve, path)
+    probe.record("a", "two words", argv, curve | {"gain": 0.125}, path)
+    saved = json.loads((tmp_path / "probes.json").read_text())["probes"]
+    assert len(saved) == 1 and saved[0]["gain"] == 0.125
+    assert saved[0]["command"] == "python experiments/crbc/probe.py --method gigpo --lr 1e-3 --mini-batches 2"
+    assert "| two words | `python experiments/crbc/probe.py" in (tmp_path / "probes.md").read_text()
