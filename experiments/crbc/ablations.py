@@ -5,7 +5,7 @@ around the base run; :func:`experiments.crbc.presets.ablation_runs`).
 ::
 
     python experiments/crbc/ablations.py --dry-run                 # list the tiny preset's ablation runs
-    python experiments/crbc/ablations.py --seeds 0 1 2 --jobs 2    # run them on this CPU, then the table
+    python experiments/crbc/ablations.py --seeds 0 1 2 --jobs 2    # run them, then the table
     python experiments/crbc/ablations.py --preset paper-1.5b --env alfworld --dry-run
 
 Results: ``results/ablations_<preset>_results.md`` / ``.json`` and ``_curves.png`` (the same report as run.py).

@@ -1,4 +1,4 @@
-"""`make demo` (until the trainer lands): every credit estimator on one synthetic rollout batch, as a table.
+"""Every credit estimator on one synthetic rollout batch, as a table (no training: the kernels alone).
 
 The batch is the paper's shape (16 groups × 8 rollouts × 50 steps) from
 `agentjax.rollout.synthetic.synthetic_batch`, whose anchors repeat the way ALFWorld's do. For each method the

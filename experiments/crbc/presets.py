@@ -42,9 +42,9 @@ def tiny_run(method: str, seed: int, *, results: str = RESULTS, updates: int | N
     return run.replace(updates=updates) if updates else run
 
 
-# The pool setting (README, "The tiny CRBC experiment"): held-out gains of the tiny policy stayed within noise in
-# every probe, while on rooms it trains on again GiGPO at 2e-3 x 4 steps an update rose 0.438 -> 0.562 in 20 updates
-# (results/probes/probes_2026-12-03.md); 16 updates keep a run near 10 minutes of this CPU.
+# The pool setting (experiments/crbc/README.md): held-out gains of the tiny policy stay within noise in every probe,
+# while on rooms it trains on again GiGPO at 2e-3 x 4 steps an update rose 0.438 -> 0.562 in 20 updates
+# (results/probes.md); 16 updates keep a run near 10 minutes on 2 CPU cores.
 POOL = 16
 POOL_LEARNING_RATE, POOL_MINI_BATCHES, POOL_UPDATES = 2e-3, 4, 16
 

@@ -10,7 +10,7 @@ runs are absent (a fresh clone: run folders are not kept in git)::
 
 :func:`gather` reads a run's record from its folder when the folder has evaluations, and otherwise takes the record
 of the same ``(label, seed)`` from the committed ``<name>_results.json``; so ``run.py ... --report-only`` rebuilds
-every table from git alone, and a machine that has run some seeds adds or replaces exactly those.
+every table from git alone, and seeds run locally add to or replace exactly those records.
 
 A record (:class:`RunRecord`), what the loop writes to a run's folder, reduced:
 

@@ -13,7 +13,7 @@ SERO run and its base run differ in ``TrainConfig.sero`` only:
   and on 16 held-out rooms), where every base method measurably improves the rooms it trains on. Its base runs
   (no SERO) are the CRBC pool comparison's own runs (``experiments/crbc/results/runs/pool/``): the same config to
   the last field, so they are reused rather than repeated.
-- :func:`textcraft_run` — TextCraft-Synth, the other environment where the tiny policy runs on this CPU: the SERA
+- :func:`textcraft_run` — TextCraft-Synth, the other environment where the tiny policy runs on a CPU: the SERA
   experiment's flat run (:func:`experiments.sera.presets.tiny_run` ``"grpo"``: its planner warm start, cached once
   with the SERA experiment's and shared by every method, seed and arm; 2 root tasks × 4 episodes of ≤ 40 actions
   an update, 10 updates; constrained decoding over the admissible commands; eval on 16 ``val_easy_medium`` tasks ×

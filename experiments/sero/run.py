@@ -11,7 +11,7 @@ interaction-matched baseline.
     python experiments/sero/run.py --pool --jobs 2      # the pool setting (below): results/pool_results.md
     python experiments/sero/run.py --textcraft --methods graphgpo   # TextCraft-Synth: results/textcraft_results.md
     python experiments/sero/run.py --smoke              # 2 updates, small sizes: the pipeline end to end
-    python experiments/sero/run.py --report-only        # rebuild the tables and figures from the runs' files
+    python experiments/sero/run.py ... --report-only    # the same command's tables again, without training
 
 Every run is the tiny Sokoban preset of the CRBC experiment (:mod:`experiments.sero.presets`): the same cached warm
 start, rooms, sampling streams and budget (20 updates × 16 rooms × 8 rollouts); a SERO run adds the oracle branch
@@ -28,11 +28,13 @@ The TextCraft-Synth setting (``--textcraft``, :func:`experiments.sero.presets.te
 experiment's flat run (its planner warm start, sizes and evaluation) with each method's credit; the branch's oracle
 is the TextCraft planner (report ``textcraft_*``).
 
-The report reads only the runs' files: ``results/tiny_results.md`` / ``.json`` / ``tiny_curves.png`` (eval success ±
-SE over seeds, gains paired by episode, each ``+sero`` arm's paired difference to its own base), the ablations in
-``ablations_results.*``, the interaction-matched baselines in ``matched_results.*``, and ``tiny_branches.md`` (what
-the branches did: roots attempted / valid / gated in, oracle steps, branch vs on-policy suffix success, the branch's
-environment steps and time as shares of the update's).
+The reports read each finished run's record (:func:`experiments.crbc.report.gather`: its folder under
+``results/runs/``, not kept in git, else the committed ``results/<name>_results.json``, which keeps the records with
+the ``sero/`` series of :data:`SERO_METRICS`): ``results/<name>_results.md`` / ``.json`` / ``<name>_curves.png``
+(eval success ± SE over seeds, gains paired by episode, each arm's paired difference to its own base) and
+``<name>_branches.md`` (what the branches did: roots attempted / valid / gated in, oracle steps, branch vs on-policy
+suffix success, the branch's environment steps and wall time as shares of the update's), for ``name`` = ``tiny``,
+``pool``, ``textcraft``, ``ablations`` / ``pool_ablations`` and ``matched`` / ``pool_matched``.
 """
 
 from __future__ import annotations
