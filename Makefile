@@ -74,6 +74,7 @@ bench: $(VENV)/.installed-bench alfworld-data
 	$(PY) experiments/bench/credit.py
 	$(PY) experiments/bench/model.py
 	$(PY) experiments/bench/envs.py
+	$(PY) experiments/bench/update.py
 
 alfworld-data: | $(PY)
 ifdef ALFWORLD_UNPACK

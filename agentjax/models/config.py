@@ -55,7 +55,7 @@ class QwenConfig:
         scores every key, masked, so the compiled program does not grow with the sequence. 0: by backend, 128 on
         the CPU (unrolled up to 8,192 tokens: on a CPU the triangle is faster, 2.3x per step at 2,048 tokens, and
         compiles are cached), 1 on accelerators (an H200 compile of the 1.5B training step at 2,048 tokens, 32
-        unrolled blocks a layer, did not finish in 200 s: ``experiments/bench/gpu_train_probe.sh``).
+        unrolled blocks a layer, did not finish in 200 s).
       name: the preset's name, for logs.
     """
 

@@ -84,7 +84,7 @@ def dense(x: Array, w: Array, contract: int = 1) -> Array:
 
     The same products as the einsum; written this way because XLA:CPU differentiates a ``[B, L, D]`` einsum into
     weight gradients that contract two axes and lays them out with transposing loop fusions, 3–4× slower than the
-    2-D form (measured on the tiny preset's MLP; ``experiments/bench/train.py``). Sharding is unaffected: the
+    2-D form (measured on the tiny preset's MLP). Sharding is unaffected: the
     merged row axis keeps the batch axis's sharding and the merged weight axis the heads' one.
     """
     k = math.prod(w.shape[:contract])
@@ -204,7 +204,7 @@ def causal_attention(cfg: QwenConfig, q_blnh, k_blkh, v_blkh, segment_bl, *, by_
     backward pass from q, k, v). The same products row by row; on XLA:CPU a row's ``[N, C, S]`` scores stay in
     the core's cache through the softmax and its gradient, where the whole batch's (``[B, N, C, S]``, tens of MB
     per chunk on the tiny preset) stream through memory at every step: forward 2.5×, forward + backward 2× faster
-    on the tiny preset's micro-batch (40 rows of 522 tokens, ``experiments/bench/train.py``). Accelerators and
+    on the tiny preset's micro-batch (40 rows of 522 tokens). Accelerators and
     sharded batches take the whole batch at once.
     """
     chunk, unrolled = attention_blocks(cfg, q_blnh.shape[1])

@@ -48,7 +48,7 @@ if [ "$DRY" = 1 ]; then
   UPDATE_ARGS=(--dry-run)
   T_MODEL=${MODEL_GPU_TIMEOUT:-300}
   T_UPDATE=${GPU_UPDATE_TIMEOUT:-300}
-  # tiny programs: cheaper compiles matter more than faster code (about a third less CPU time here)
+  # tiny programs: cheaper compiles matter more than faster code
   export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 else
   MODEL_ARGS=()

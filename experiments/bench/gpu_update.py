@@ -43,7 +43,7 @@ Stages, in the order they run (the JSON is rewritten after each, so a later fail
     :func:`agentjax.train.update.make_update` on the batch at full capacity. Padding micro-batches are skipped by
     the update, so the first call, with one real micro-batch, compiles the program that every call here runs; then
     it is timed with 1 and with ``k`` real micro-batches (``--update-micro-batches``, 8 of ~310; ``--full``: all
-    ~5,000 rows, ≈ 1.5·10¹⁷ FLOPs, ~6 min at 40 % MFU on an H200). per micro-batch = ``(t_k − t_1) / (k − 1)``; the
+    ~5,000 rows, ≈ 1.5·10¹⁷ FLOPs: minutes on one GPU). per micro-batch = ``(t_k − t_1) / (k − 1)``; the
     full update is estimated as ``t_1 + (m − 1) · per micro-batch`` for its ``m`` real micro-batches. Model FLOPs of
     a real row with ``T`` decoded tokens (prompt + fed response) of which ``R`` are trained:
 
@@ -338,7 +338,7 @@ def measure_update(train: TrainConfig, model: Qwen, batch: StepBatch, adv, micro
     one, one_fwd, _ = subset(mb)
     many, many_fwd, many_tokens = subset(k * mb)
     workaround = None
-    print(f"update: first call (compile + 1 of {m_full} micro-batches)", flush=True)  # the H200 log stopped here
+    print(f"update: first call (compile + 1 of {m_full} micro-batches)", flush=True)
     try:
         t0 = time.perf_counter()
         state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(1)))
@@ -411,7 +411,7 @@ def main() -> None:
     parser.add_argument("--method", default=None,
                         help="credit method of the preset (grpo, gigpo, crbc, ...; default crbc, dry run grpo)")
     parser.add_argument("--update-micro-batches", type=int, default=8, help="real micro-batches in the timed update")
-    parser.add_argument("--full", action="store_true", help="time the update on every real row (≈ 6-8 min on H200)")
+    parser.add_argument("--full", action="store_true", help="time the update on every real row (minutes on one GPU)")
     parser.add_argument("--all-sizes", action="store_true",
                         help="time every generate batch size of the schedule (default: the largest; a dry run: all)")
     parser.add_argument("--repeats", type=int, default=None, help="timed generate calls per size (default 1; dry 5)")

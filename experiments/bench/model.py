@@ -27,13 +27,12 @@ Timing: ours is called once first (compile + one run; ``compile_s`` = that call 
 a warm-up; then the two alternate ``repeats`` times so both see the same machine noise, and each side's median is
 reported. torch keeps its default thread count. Calls under 0.5 s alternate in blocks of 8 calls whose first 3
 are not timed: torch's OpenMP threads keep spinning for a while after a parallel region (and XLA's likewise), so a
-short call made right after the other library's calls shares the two cores with them. Measured on the tiny
-prefill (median by position in blocks of 8, 12 blocks each): ours 5.6, 5.5, 4.0, 3.7, 3.7, 3.7, 3.7, 3.6 ms,
-torch 4.9, 4.0, 3.9, 3.8, 3.8, 3.8, 3.8, 3.8 ms; alone in a process 3.6 and 3.9 ms.
-On a shared machine quote the ratio, not the absolute numbers —
-and only from a quiet machine: with another process on one of two cores, torch's OpenMP parallel regions stall
-(a prefill of the tiny model went from 6 ms to 500 ms) while XLA's thread pool degrades gracefully, so the load
-average is recorded (``loadavg_start``, per row ``loadavg_1min``) and a warning printed when it is high.
+short call made right after the other library's calls shares the cores with them (the first calls of a block
+are the slow ones; from the fourth on both sides run as fast as alone in a process).
+Quote the ratio, not the absolute numbers, and only from a quiet machine: with another process on one of two
+cores, torch's OpenMP parallel regions stall (by orders of magnitude on the tiny prefill) while XLA's thread pool
+degrades gracefully, so the load average is recorded (``loadavg_start``, per row ``loadavg_1min``) and a warning
+printed when it is high.
 
 Prints a table (size × metric: ours tok/s, torch tok/s, ratio ours/torch, our compile time) and writes
 ``experiments/bench/results/model.json``. Usage: ``python experiments/bench/model.py [--quick] [--static-cache]``.

@@ -98,8 +98,7 @@ def bench_train(model: Qwen, args, peak: float | None) -> tuple[dict, Qwen]:
         return optax.apply_updates(params, updates), opt_state, loss
 
     tokens = jnp.asarray(np.random.RandomState(0).randint(0, config.vocab_size, (b, l)), jnp.int32)
-    # compile ahead of time and say so: the first H200 run (2026-12-04) printed nothing for 150 s here, so the log
-    # must show whether the compile or the first step is what takes the time
+    # compile ahead of time and say so: the log then shows whether the compile or the first step takes the time
     print(f"train B{b} L{l}: compiling", flush=True)
     t0 = time.perf_counter()
     train_step = train_step.lower(params, opt_state, tokens).compile()

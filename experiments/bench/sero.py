@@ -40,8 +40,7 @@ Data: WebShop and TextCraft read ``$AGENTJAX_DATA`` (default ``../shared/data``)
 else ``.data/alfworld`` when it is there, else the train archive of ``$AGENTJAX_DATA/alfworld`` is unpacked into a
 temporary folder for the run (removed at the end). An env whose data is missing is skipped with the reason printed.
 
-Usage (about 45 minutes for the four envs on the shared 2-core machine at a load average of 7-9; ALFWorld
-18 of them, Sokoban 3)::
+Usage (the four envs take the better part of an hour on 2 CPU cores, ALFWorld most of it)::
 
     .venv/bin/python experiments/bench/sero.py [--envs sokoban,textcraft,webshop,alfworld] [--updates 3]
         [--groups webshop=2,alfworld=1] [--caps textcraft=10] [--env-timeout 1100] [--no-reference] [--merge]
@@ -87,8 +86,8 @@ TARGET_ENV = "alfworld"
 GROUPS = {"textcraft": 1, "webshop": 1, "alfworld": 1}
 CAPS: dict[str, int] = {"textcraft": 10}
 PARTS = ("restore", "oracle", "prompt", "score")
-# Collector overrides: the tiny WebShop preset's 2,048 prompt tokens were measured on the oracle's demonstrations;
-# a random policy's pages go past them (2,085 tokens seen), which stops the run with truncation="error".
+# Collector overrides: the tiny WebShop preset's 2,048 prompt tokens fit the oracle's demonstrations; a random
+# policy's pages can go past them, which would stop the run with truncation="error".
 COLLECT = {"webshop": dict(truncation="left")}
 
 
