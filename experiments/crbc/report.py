@@ -68,9 +68,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 Key = tuple[str, int]  # (label, training seed)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class RunRecord:
-    """What a report reads of one run (module docstring)."""
+    """What a report reads of one run (module docstring); compared by identity (its fields hold arrays)."""
 
     eval: dict[int, np.ndarray]  # {update: [tasks, seeds] outcomes}, sorted by update
     held_out: dict[int, np.ndarray]  # the held-out series, the same form; {} without one
