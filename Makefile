@@ -58,7 +58,7 @@ test: $(STAMP) alfworld-data
 test-slow: $(STAMP) alfworld-data
 	$(PY) -m pytest -m slow
 
-# About 10-15 minutes on 2 cores: the tiny Sokoban preset's shared warm start (4,000 oracle episodes, then 2,000
+# About 8-14 minutes on 2 cores: the tiny Sokoban preset's shared warm start (4,000 oracle episodes, then 2,000
 # supervised steps; cached in experiments/crbc/results/warmstart/), then the pool setting's 16 GiGPO updates of seed 0
 # trained into experiments/crbc/results/runs/demo/ (a second `make demo` reuses it), a line per stage and per update,
 # and both eval curves' paired gains at the end (experiments/crbc/README.md, "make demo").

@@ -10,8 +10,8 @@ The demo (``python experiments/crbc/run.py --demo``) trains the pool setting's G
 2. the RL updates, one line each as the loop logs it (batch success, seconds);
 3. the evaluations at updates 0, 4, …, 16 on the pool's rooms and on held-out rooms, one line each.
 
-Expected durations are those of the 2-core CPU the tiny experiments were made on (:data:`SECONDS`); another CPU
-takes more or less.
+Expected durations are for 2 CPU cores (:data:`SECONDS`; 8 to 14 minutes in all, 5 or more of them for the warm
+start); another CPU takes more or less.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from agentjax.train.runconfig import RunConfig
 from experiments.crbc.report import episode_gain
 
-# seconds on 2 CPU cores: oracle episodes per 1,000, supervised steps per 1,000, an update (after the first two,
-# which compile), one evaluation of both series
-SECONDS = {"episodes": 15.0, "steps": 150.0, "update": 15.0, "first_updates": 70.0, "eval": 20.0}
+# seconds on 2 CPU cores (they vary by CPU, up to twice these): oracle episodes per 1,000, supervised steps per
+# 1,000, an update (after the first two, which compile), one evaluation of both series
+SECONDS = {"episodes": 4.0, "steps": 150.0, "update": 8.0, "first_updates": 30.0, "eval": 12.0}
 
 
 def say(text: str) -> None:
@@ -124,7 +124,7 @@ def _describe(line: dict, updates: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def update_progress(run: RunConfig, every: float = 2.0) -> Iterator[None]:
+def update_progress(run: RunConfig, every: float = 0.5) -> Iterator[None]:
     """A line per update and per evaluation of ``run`` as its loop writes them to ``metrics.jsonl`` (read every
     ``every`` seconds from a thread; the lines already there when it starts are skipped)."""
     path = os.path.join(run.out_dir, "metrics.jsonl")

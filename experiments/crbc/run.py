@@ -193,6 +193,9 @@ def demo(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
     from agentjax.train.warmstart import cache_folder
 
     first = next(iter(runs.values()))
+    if all(finished(r) for r in runs.values()):
+        print(f"make demo: already trained in {first.out_dir} (delete it to train anew): its report", flush=True)
+        return
     cached = first.warm_start is not None and os.path.isfile(os.path.join(cache_folder(first), "warmstart.json"))
     print(plan(first, cached), flush=True)
     with warm_start_progress(), contextlib.ExitStack() as stack:
