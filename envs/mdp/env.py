@@ -1,9 +1,11 @@
 """The credit-testbed MDPs as an environment on the protocol of :class:`envs.base.Env`.
 
 A task is a seed: ``reset(task)`` builds (or reuses) the MDP of ``(task.seed, env.config)`` and starts at its
-start state. ``Obs.text`` and ``Obs.anchor`` are both the state's observation (``"room 17. exits: north,
-ladder, blue door"``, :mod:`envs.mdp.text`), ``Obs.admissible`` its action labels in the same order, and the
-step cap is the setting's (``MDPConfig.step_cap``).
+start state. The setting is an :class:`~envs.mdp.config.MDPConfig` (``MDPEnv(config)``) or the name of a
+pre-registered one (``MDPEnv(setting="s2")``, :mod:`envs.mdp.settings`; what the trainer's ``--env-kwargs``
+pass). ``Obs.text`` and ``Obs.anchor`` are both the state's observation (``"room 17. exits: north, ladder, blue
+door"``, :mod:`envs.mdp.text`), ``Obs.admissible`` its action labels in the same order, and the step cap is the
+setting's (``MDPConfig.step_cap``).
 
 Actions are labels, matched after lower-casing and collapsing white space. Any other string is *invalid*: the
 state does not change, the observation is the same, the reward is 0 and ``info["valid"]`` is False (as in
@@ -15,8 +17,11 @@ state, for looking up exact values) and ``slipped`` (the successor is not the ac
 Randomness. The slips are drawn from a generator of the episode: with ``task.meta["sample_seed"]`` it is seeded
 from ``(task.seed, sample_seed)`` (reproducible; give each rollout of a group its own sample seed), otherwise
 it is drawn from the environment's own stream (``sampling_seed``; None: fresh entropy), so that the rollouts
-of a group on identical environments see independent slips. :meth:`MDPEnv.snapshot` records the generator's
-state, so a restored episode has the same future as the original for the same actions.
+of a group on identical environments see independent slips. The trainer's collector gives every episode its own
+sample seed, drawn from the batch's key and the episode's slot (``CollectConfig.sample_seeds``, which the ``mdp``
+collector preset turns on): a batch's slips are then a function of its key, so runs and resumed runs repeat them
+and evaluation sees the same slips in the same episode at every eval point. :meth:`MDPEnv.snapshot` records the
+generator's state, so a restored episode has the same future as the original for the same actions.
 
 Tasks (fixed manifests; the model is generated at reset from the seed and the environment's setting)::
 
@@ -38,8 +43,9 @@ from envs.base import Env, Obs, Task, step_info
 from envs.mdp.config import MDPConfig
 from envs.mdp.generate import generate_mdp
 from envs.mdp.model import MDP
+from envs.mdp.settings import setting as named_setting
 from envs.mdp.solve import Optimal, optimal
-from envs.mdp.text import INSTRUCTION, normalize
+from envs.mdp.text import INSTRUCTION, normalize, vocabulary
 
 INVALID_ACTION_REWARD = 0.0  # the trainer applies the invalid penalty from info["valid"]
 
@@ -74,8 +80,10 @@ class MDPEnv(Env):
 
     name: ClassVar[str] = "mdp"
 
-    def __init__(self, config: MDPConfig | None = None, sampling_seed: int | None = None):
-        config = config if config is not None else MDPConfig()
+    def __init__(self, config: MDPConfig | None = None, sampling_seed: int | None = None, setting: str | None = None):
+        if config is not None and setting is not None:
+            raise ValueError(f"mdp: give a config or a setting name, not both (setting={setting!r})")
+        config = named_setting(setting) if setting is not None else config if config is not None else MDPConfig()
         super().__init__(config.step_cap)
         self.config = config
         self._stream = np.random.default_rng(sampling_seed)
@@ -142,6 +150,19 @@ class MDPEnv(Env):
             raise RuntimeError("mdp: oracle() after the episode ended")
         action = _optimal(self.task.seed, self.config).action_hs[self.max_steps - self.steps, self.state]
         return self.model.labels[self.state][action]
+
+    def model_of(self, task: Task) -> MDP:
+        """The MDP this environment plays for ``task`` (its setting; cached)."""
+        return mdp_of(task, self.config)
+
+    def observations(self, task: Task) -> tuple[Obs, ...]:
+        """``[S]`` the observation this environment shows in each state of ``task``'s MDP (terminal ones included)."""
+        return _tables(task.seed, self.config).obs
+
+    @staticmethod
+    def vocabulary() -> tuple[str, ...]:
+        """Every word an observation, a label or the instruction can contain (:func:`envs.mdp.text.vocabulary`)."""
+        return vocabulary()
 
     @classmethod
     def tasks(cls, split: str) -> list[Task]:
