@@ -261,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         demo(runs, args.jobs)
     elif not args.report_only:
         run_all(runs, args.jobs)
-    folder = args.results if not args.smoke else os.path.join(args.results, "runs", "smoke")
+    # the smoke and demo reports go beside their runs (not kept in git), the tables into results/
+    folder = os.path.join(args.results, "runs", "smoke" if args.smoke else "demo") if args.smoke or args.demo \
+        else args.results
     name = "smoke" if args.smoke else "demo" if args.demo else "pool" if args.pool else "tiny"
     report(runs, folder, name)
     print(explain(runs, folder, name, smoke=args.smoke, demo=args.demo))
