@@ -460,13 +460,15 @@ def report(runs: Runs, folder: str, name: str, search: int | None = None) -> dic
     with open(os.path.join(folder, f"{name}_results.md"), "a") as f:
         f.write("\n" + starts)
     shape, cost = shape_table(runs, records), cost_table(runs, records)
+    made = (f"Made by `{report_command(runs, name)}`; `{report_command(runs, name)} --report-only` rebuilds it from "
+            f"`{name}_results.json`.\n\n")
     _write(folder, f"{name}_shape.md", f"# What the agents did per batch ({name}; mean over batches, ± SE over "
-           "seeds)\n\n" + shape)
+           "seeds)\n\n" + made + shape)
     _write(folder, f"{name}_cost.md", f"# Supervision a training run paid for ({name}; totals over the run, ± SE over "
            "seeds; SERA's Table 2 analogue)\n\nThe verifier is TextCraft-Synth's program check (no input tokens) or "
            "TextWorld-Sync's judge; \"labels that train\" counts the batches whose reward reads them (RAO: execution "
            "steps, SERA: rubric steps), the other labels are diagnostics (SERA's grade agreement). Rubric and grading "
-           "calls are the policy's own batched generate calls. A flat run has none.\n\n" + cost)
+           "calls are the policy's own batched generate calls. A flat run has none. " + made + cost)
     print(starts + "\n" + shape + "\n" + cost)
     if grades:
         text = grade_markdown(grades)
@@ -476,7 +478,7 @@ def report(runs: Runs, folder: str, name: str, search: int | None = None) -> dic
                "finish scores 0 without a grading call on TextCraft-Synth and is graded like the others on "
                "TextWorld-Sync (as its judge judges every child); one without a rubric or a parsable grade leaves the "
                f"gradient. Each run saved {some.tree.saved_trees} trees a batch; the trees are not in git, their "
-               f"counts are kept in `{name}_results.json` (`grades`).\n\n" + text)
+               f"counts are kept in `{name}_results.json` (`grades`). " + made + text)
         print(text)
     counts = sorted({e["candidates"] for found in evals.values() for e in found})
     if search or counts:
