@@ -41,7 +41,7 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 
-from envs.data import (
+from envs.data_files import (
     DataError,
     DataFile,
     atomic_write,

@@ -7,9 +7,9 @@ pure; the ``batched_*`` wrappers vmap them over branches (shape letter ``Br``, `
 branch per root, at most one root per group) and are jitted. Real steps need not be a prefix: a step's depth
 is its rank among the branch's real steps, so padding anywhere never changes the values on real steps.
 
-Gates and weights are constants of the auxiliary loss (:mod:`agentjax.losses.sero`, which also holds the
-length-normalised log-likelihood :func:`mean_token_logp` used here under π_old); oracle data never enters the base
-method's statistics (that is the trainer's job, :mod:`agentjax.train.sero`).
+Gates and weights are constants of the auxiliary loss (:mod:`agentjax.losses.sero`); the length-normalised
+log-likelihood :func:`mean_token_logp` is used here under π_old and is that loss's per-step term under π_θ. Oracle
+data never enters the base method's statistics (that is the trainer's job, :mod:`agentjax.train.sero`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from agentjax.losses.sero import batched_mean_token_logp, mean_token_logp
-
 Scheme = Literal["sero", "root_only", "full_flat", "depth_decay", "shuffled", "short_bridge"]
 SCHEMES: tuple[str, ...] = ("sero", "root_only", "full_flat", "depth_decay", "shuffled", "short_bridge")
 
@@ -34,6 +32,34 @@ class SeroCredit(NamedTuple):
     compat_j: Float[Array, "*Br J"]  # c_j = exp(mean command-token log π_old); 0 on padding
     weight_j: Float[Array, "*Br J"]  # supervision weight of step j under the scheme; 0 on padding
     gate: Float[Array, "*Br"]  # branch improvement gate g (0/1, or in [0, 1] when soft)
+
+
+def mean_token_logp(
+    logp_jl: Float[Array, "J L"], token_mask_jl: Bool[Array, "J L"], step_mask_j: Bool[Array, " J"]
+) -> Float[Array, " J"]:
+    """Length-normalised command log-likelihood of each oracle step (SERO §B.1).
+
+    ``ℓ_j = (1/n_j) Σ_l m_jl · log π(token_jl | prompt_j)``, ``n_j = Σ_l m_jl``. With ``π = π_old``
+    (the frozen behaviour policy) ``ℓ_j = log c_j``; with ``π = π_θ`` it is the per-step term of
+    :func:`agentjax.losses.sero.oracle_loss`. A real step without command tokens gets ``ℓ_j = 0`` (``c_j = 1``: no
+    evidence, no down-weighting).
+
+    Args:
+      logp_jl: [J, L] token log-probs. token_mask_jl: [J, L] command tokens. step_mask_j: [J] real steps.
+    Returns:
+      [J] mean token log-prob, 0 on padding.
+    """
+    chex.assert_rank([logp_jl, token_mask_jl, step_mask_j], [2, 2, 1])
+    chex.assert_equal_shape([logp_jl, token_mask_jl])
+    chex.assert_equal_shape_prefix([logp_jl, step_mask_j], 1)
+    m_jl = token_mask_jl & step_mask_j[:, None]
+    n_j = m_jl.sum(-1).astype(logp_jl.dtype)
+    total_j = jnp.where(m_jl, logp_jl, 0.0).sum(-1)
+    return jnp.where(step_mask_j, total_j / jnp.maximum(n_j, 1.0), 0.0)
+
+
+batched_mean_token_logp = jax.jit(jax.vmap(mean_token_logp))
+"""[Br, J, L] log-probs, [Br, J, L] command mask, [Br, J] step mask -> [Br, J] mean token log-prob."""
 
 
 def compatibility(

@@ -5,8 +5,8 @@
   into micro-batches sum to the loss of the whole batch.
 - :mod:`~agentjax.losses.cispo` — CISPO (SERA / RAO): the clipped importance weight as a constant, token mean, no KL.
 - :mod:`~agentjax.losses.rubric` — SERA's rubric-generation objective: CISPO on the rubric-role tokens only.
-- :mod:`~agentjax.losses.sero` — SERO's oracle objective: the command-token log-likelihood of oracle steps and the
-  auxiliary loss ``L_O`` over branches or over rows.
+- :mod:`~agentjax.losses.sero` — SERO's oracle objective: the auxiliary loss ``L_O`` over branches or over rows (its
+  per-step term, the command-token log-likelihood, is :func:`agentjax.credit.sero.mean_token_logp`).
 """
 
 from agentjax.losses.cispo import CispoTerms, cispo_loss, cispo_terms, cispo_token_loss
@@ -23,7 +23,7 @@ from agentjax.losses.policy import (
     weighted_sum,
 )
 from agentjax.losses.rubric import role_token_mask, rubric_loss
-from agentjax.losses.sero import mean_token_logp, oracle_loss, oracle_row_loss, row_coefficients
+from agentjax.losses.sero import oracle_loss, oracle_row_loss, row_coefficients
 
 __all__ = [
     "AGGREGATIONS",
@@ -38,7 +38,6 @@ __all__ = [
     "cispo_token_loss",
     "clipped_value_loss",
     "low_var_kl",
-    "mean_token_logp",
     "oracle_loss",
     "oracle_row_loss",
     "ppo_clip_terms",

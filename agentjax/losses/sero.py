@@ -1,4 +1,4 @@
-"""SERO's oracle objective: the length-normalised command log-likelihood of oracle steps and the auxiliary loss.
+"""SERO's oracle objective: the auxiliary loss on the length-normalised command log-likelihood of oracle steps.
 
 METHODS.md "SERO" 5-6; papers/SERO.txt §4.4, §B.1. An oracle step is the prompt the policy would have seen at a
 state of an oracle continuation and the oracle's action, serialised as the policy's reply; its *command tokens*
@@ -23,34 +23,6 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, ScalarLike
 
 
-def mean_token_logp(
-    logp_jl: Float[Array, "J L"], token_mask_jl: Bool[Array, "J L"], step_mask_j: Bool[Array, " J"]
-) -> Float[Array, " J"]:
-    """Length-normalised command log-likelihood of each oracle step (SERO §B.1).
-
-    ``ℓ_j = (1/n_j) Σ_l m_jl · log π(token_jl | prompt_j)``, ``n_j = Σ_l m_jl``. With ``π = π_old``
-    (the frozen behaviour policy) ``ℓ_j = log c_j``; with ``π = π_θ`` it is the per-step term of
-    :func:`oracle_loss`. A real step without command tokens gets ``ℓ_j = 0`` (``c_j = 1``: no evidence, no
-    down-weighting).
-
-    Args:
-      logp_jl: [J, L] token log-probs. token_mask_jl: [J, L] command tokens. step_mask_j: [J] real steps.
-    Returns:
-      [J] mean token log-prob, 0 on padding.
-    """
-    chex.assert_rank([logp_jl, token_mask_jl, step_mask_j], [2, 2, 1])
-    chex.assert_equal_shape([logp_jl, token_mask_jl])
-    chex.assert_equal_shape_prefix([logp_jl, step_mask_j], 1)
-    m_jl = token_mask_jl & step_mask_j[:, None]
-    n_j = m_jl.sum(-1).astype(logp_jl.dtype)
-    total_j = jnp.where(m_jl, logp_jl, 0.0).sum(-1)
-    return jnp.where(step_mask_j, total_j / jnp.maximum(n_j, 1.0), 0.0)
-
-
-batched_mean_token_logp = jax.jit(jax.vmap(mean_token_logp))
-"""[Br, J, L] log-probs, [Br, J, L] command mask, [Br, J] step mask -> [Br, J] mean token log-prob."""
-
-
 def oracle_loss(
     mean_logp_bj: Float[Array, "Br J"],
     weight_bj: Float[Array, "Br J"],
@@ -60,7 +32,8 @@ def oracle_loss(
 ) -> Float[Array, ""]:
     """SERO's auxiliary loss ``L_O = −(1/#roots) Σ_b sg(g_b) Σ_j sg(w_bj) · ℓ_bj`` (METHODS.md SERO 6; §4.4).
 
-    ``ℓ_bj`` is the mean command-token log π_θ of oracle step j (:func:`mean_token_logp` under π_θ). Gates and
+    ``ℓ_bj`` is the mean command-token log π_θ of oracle step j (:func:`agentjax.credit.sero.mean_token_logp`
+    under π_θ). Gates and
     weights are stop-gradient, so the gradient flows only through ``ℓ``:
     ``∂L_O/∂ℓ_bj = −g_b w_bj / #roots``. Normalised by the number of roots *attempted* (invalid or
     non-improving branches count in the denominator); the trainer adds ``λ_O · L_O`` (λ_O = 0.1) to the base
@@ -110,4 +83,4 @@ def oracle_row_loss(
     return -jnp.sum(jax.lax.stop_gradient(coef_n) * mean_n)
 
 
-__all__ = ["batched_mean_token_logp", "mean_token_logp", "oracle_loss", "oracle_row_loss", "row_coefficients"]
+__all__ = ["oracle_loss", "oracle_row_loss", "row_coefficients"]

@@ -18,7 +18,7 @@ same distribution comes from one teacher-forced pass:
   numbers); greedy decoding walks the trie taking the allowed token with the largest logit at each step (ties: the
   smaller token id, as the sampler's argmax).
 
-The output is a :class:`~agentjax.models.sampler.SampleOutput` like the sparse decode path's: the chosen answer and
+The output is a :class:`~agentjax.models.sampling.SampleOutput` like the sparse decode path's: the chosen answer and
 its stop token, the constrained log-probs, ``logp_unmasked`` NaN (not computed). Top-k / top-p truncation is not
 supported (it acts on the full vocabulary); :meth:`Sampler.choose` falls back to ``generate`` for it.
 """
@@ -35,7 +35,7 @@ from flax import nnx
 
 from agentjax.models import constrain
 from agentjax.models.qwen import KVCache
-from agentjax.models.sampler import Finish, SampleOutput, SamplingParams, left_pad
+from agentjax.models.sampling import Finish, SampleOutput, SamplingParams, left_pad
 
 
 def _bucket(n: int, step: int) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar, Literal
 
+from agentjax.credit.sero import SCHEMES
 from agentjax.losses.policy import AGGREGATIONS, Aggregation
 from agentjax.models.config import QwenConfig
 
@@ -405,8 +406,6 @@ class SeroConfig:
     bank_branches: int | None = None
 
     def __post_init__(self):
-        from agentjax.credit.sero import SCHEMES
-
         _positive(self, "coef", "k", "gate_scale", "priority_power")
         _unit(self, "gamma")
         _one_of(self, "scheme", SCHEMES)

@@ -59,10 +59,10 @@ e.g. the tiny presets' constrained decoding) lists ``search[<the instruction as 
 lower-cased with brackets removed (:func:`envs.webshop.oracle.clean_query`), which is also the expert's query whenever
 its results hold the target (so SERO's oracle branches stay within the constrained policy's actions there).
 
-Costs: the first environment of a process builds the shared :class:`Shop` (catalogue, goals, BM25 index; about 1 s
-here); the first purchase of a process loads spaCy (several seconds); then a step is a dictionary lookup or a cached
-search (about 1,000 steps/s with every query new, over 10,000 with caches warm; ``experiments/bench/
-env_webshop.py``).
+Costs: the first environment of a process builds the shared :class:`~envs.webshop.shop.Shop` (catalogue, goals, BM25
+index; about 1 s here); the first purchase of a process loads spaCy (several seconds); then a step is a dictionary
+lookup or a cached search (about 1,000 steps/s with every query new, over 10,000 with caches warm;
+``experiments/bench/env_webshop.py``).
 """
 
 from __future__ import annotations
@@ -75,72 +75,17 @@ from typing import Any, ClassVar, Literal
 
 from envs.base import Env, Obs, Task, step_info
 from envs.webshop import pages
-from envs.webshop.catalogue import Catalogue, Product, load_catalogue
-from envs.webshop.goals import Goal, World, build_world, split_indices
+from envs.webshop.catalogue import Catalogue, load_catalogue
+from envs.webshop.goals import Goal, build_world, split_indices
+from envs.webshop.oracle import clean_query, oracle_action
 from envs.webshop.pages import Page, View
-from envs.webshop.reward import RewardInfo, get_reward
-from envs.webshop.search import SearchEngine
+from envs.webshop.shop import load_shop
 
 MAX_STEPS = 15
 SUCCESS_REWARD = 10.0  # verl-agent: 10 for a purchase that scores 1
 SPLITS = ("train", "test")
 _ACTION = re.compile(r"(.+)\[(.+)\]")  # the original's parse_action pattern (re.match: a prefix match)
 _SUB_PAGE = {s.lower(): s for s in pages.SUB_PAGES}
-
-
-class Shop:
-    """What every WebShop episode in a process shares: catalogue, prices, goals, search engine, cached pages."""
-
-    def __init__(self, catalogue: Catalogue):
-        self.catalogue = catalogue
-        self.world: World = build_world(catalogue)
-        self.engine = SearchEngine(catalogue)
-        self.results = functools.lru_cache(maxsize=1 << 14)(self._results)
-
-    def _results(self, keywords: str, page: int) -> View:
-        hits = self.engine.search(keywords)
-        window = hits[(page - 1) * pages.PRODUCT_WINDOW : page * pages.PRODUCT_WINDOW]
-        return pages.results_view(tuple(self.catalogue.products[i] for i in window), page, len(hits))
-
-    def view(self, page: Page) -> View:
-        """The view of a page (cached per results page and per product)."""
-        if page.kind == "search":
-            return pages.SEARCH_VIEW
-        if page.kind == "results":
-            return self.results(page.keywords, page.page)
-        product = self.catalogue.by_asin[page.asin]
-        if page.kind == "item":
-            return pages.item_view(product)
-        if page.kind == "sub":
-            return pages.sub_view(product, page.sub)
-        return pages.done_view(page.asin, page.options, page.score)
-
-    def product(self, asin: str) -> Product:
-        return self.catalogue.by_asin[asin]
-
-    def score(self, goal: Goal, asin: str, options: dict[str, str]) -> RewardInfo:
-        """The reward of buying ``asin`` with ``options`` at its hidden price, for ``goal``."""
-        return get_reward(
-            self.product(asin),
-            price=self.world.prices[asin],
-            options=options,
-            goal_attributes=goal.attributes,
-            goal_options=goal.goal_options,
-            price_upper=goal.price_upper,
-            goal_query=goal.query,
-            goal_category=goal.product_category,
-            goal_name=goal.name,
-        )
-
-
-def load_shop(data_dir: str | pathlib.Path | None = None) -> Shop:
-    """The shop over ``data_dir`` (default ``$AGENTJAX_DATA/webshop``), built once per process."""
-    return _shop(load_catalogue(data_dir))
-
-
-@functools.lru_cache(maxsize=4)
-def _shop(catalogue: Catalogue) -> Shop:
-    return Shop(catalogue)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,8 +169,6 @@ class WebShopEnv(Env):
 
     def oracle(self) -> str:
         """The rule-based expert's next action (:mod:`envs.webshop.oracle`)."""
-        from envs.webshop.oracle import oracle_action
-
         if self.goal is None:
             raise RuntimeError("webshop: oracle() before reset()")
         return oracle_action(self.shop, self.goal, self.page)
@@ -253,8 +196,6 @@ class WebShopEnv(Env):
         text = pages.agent_text(raw, self.goal.instruction_text.strip())
         search = "search[<your query>]"
         if self.search_query == "instruction":
-            from envs.webshop.oracle import clean_query
-
             search = f"search[{clean_query(self.goal.instruction_text)}]"
         return Obs(text=text, anchor=text, admissible=pages.admissible(view, search),
                    instruction=self.goal.instruction_text)

@@ -26,14 +26,11 @@ the ceiling for any policy that buys the target; the oracle reaches it on every 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 from envs.webshop import pages
 from envs.webshop.goals import Goal
 from envs.webshop.pages import Page
-
-if TYPE_CHECKING:
-    from envs.webshop.env import Shop
+from envs.webshop.shop import Shop
 
 FALLBACK = "click[back to search]"  # what it answers on the done page (no action is needed there)
 

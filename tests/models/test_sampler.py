@@ -14,15 +14,8 @@ from hypothesis import strategies as st
 from agentjax.models.config import QwenConfig
 from agentjax.models.hf import load_hf
 from agentjax.models.qwen import Qwen
-from agentjax.models.sampler import (
-    Finish,
-    Sampler,
-    SamplingParams,
-    _gumbel_at,
-    exact_draws_supported,
-    filter_top_k_top_p,
-    left_pad,
-)
+from agentjax.models.sampler import Sampler, _gumbel_at, exact_draws_supported, filter_top_k_top_p
+from agentjax.models.sampling import Finish, SamplingParams, left_pad
 from agentjax.models.tokenizer import IM_END_ID, load_tokenizer
 from agentjax.rollout.collect import constrained_choices
 

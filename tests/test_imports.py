@@ -1,0 +1,194 @@
+"""The layering of DESIGN.md ("imports only go down this list"), checked on the source without importing it.
+
+Every module of the packages ``agentjax`` and ``envs`` is parsed with ``ast``; each ``import`` statement, at module
+level, under ``if TYPE_CHECKING:`` or inside a function, is an edge from its module to the module it names
+(relative imports resolved; ``from pkg import name`` goes to ``pkg.name`` when that is a submodule, else to ``pkg``).
+On that graph: no import cycles but the listed ones, ``credit`` imports neither ``losses`` nor ``models``, ``envs``
+imports neither ``jax`` nor ``agentjax``, and ``rollout`` imports ``models`` only where listed. The two lists are
+exact: a new entry fails the test, and so does an entry that has gone (then delete it from the list).
+"""
+
+import ast
+import functools
+import pathlib
+from typing import NamedTuple
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("agentjax", "envs")
+
+# The cycles that remain, each a strongly connected set of modules. All three are in modules that the trainer
+# refactor will rewrite (the flat and tree trainers call each other; the collectors and their record/statistics
+# helpers import each other, hidden under TYPE_CHECKING).
+ALLOWED_CYCLES = {
+    frozenset({"agentjax.train.loop", "agentjax.train.tree_loop"}),
+    frozenset({"agentjax.rollout.collect", "agentjax.rollout.stats"}),
+    frozenset({"agentjax.rollout.tree_collect", "agentjax.rollout.tree_records"}),
+}
+
+# Where `rollout` still imports `models`; DESIGN.md: it should talk to the policy through a protocol of its own
+# (generate under constraints, log-probs), which will replace these.
+ALLOWED_ROLLOUT_TO_MODELS = {
+    ("agentjax.rollout.collect", "agentjax.models.constrain"),
+    ("agentjax.rollout.collect", "agentjax.models.sampler"),
+    ("agentjax.rollout.collect", "agentjax.models.tokenizer"),
+    ("agentjax.rollout.oracle", "agentjax.models.constrain"),
+    ("agentjax.rollout.stats", "agentjax.models.sampler"),
+    ("agentjax.rollout.tree_collect", "agentjax.models.constrain"),
+    ("agentjax.rollout.tree_collect", "agentjax.models.sampler"),
+    ("agentjax.rollout.tree_collect", "agentjax.models.tokenizer"),
+    ("agentjax.rollout.tree_rubrics", "agentjax.models.sampler"),
+    ("agentjax.rollout.tree_rubrics", "agentjax.models.tokenizer"),
+}
+
+
+class Import(NamedTuple):
+    source: str  # the importing module, dotted
+    target: str  # the imported module: a project module, else the name as written (a third-party module)
+    line: int
+    lazy: bool  # inside a function body
+
+
+def module_files() -> dict[str, pathlib.Path]:
+    """Every project module by dotted name (a package by its ``__init__.py``)."""
+    files = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def imports_of(module: str, source: str, *, is_package: bool, known) -> list[Import]:
+    """The imports in ``source``, the text of ``module``; ``known``: the project's module names."""
+    package = module if is_package else module.rpartition(".")[0]
+
+    def resolve(name: str) -> str:  # the longest prefix that is a project module (`import a.b.f`, f a function: a.b)
+        parts = name.split(".")
+        prefixes = (".".join(parts[:end]) for end in range(len(parts), 0, -1))
+        return next((p for p in prefixes if p in known), name)
+
+    found = []
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        if isinstance(node, ast.Import):
+            found.extend(Import(module, resolve(alias.name), node.lineno, lazy) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # `from ..x import y` in a.b.c: a.x
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + [base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.append(Import(module, submodule if submodule in known else resolve(base), node.lineno, lazy))
+        lazy = lazy or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            visit(child, lazy)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+@functools.cache
+def all_imports() -> tuple[Import, ...]:
+    files = module_files()
+    return tuple(imp for module, path in files.items()
+                 for imp in imports_of(module, path.read_text(), is_package=path.name == "__init__.py", known=files))
+
+
+def project_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (itself left out)."""
+    graph = {module: set() for module in module_files()}
+    for imp in all_imports():
+        if imp.target in graph and imp.target != imp.source:
+            graph[imp.source].add(imp.target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), set()
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:  # v is the root of a component: pop it
+            component = set()
+            while v not in component:
+                component.add(stack.pop())
+            on_stack.difference_update(component)
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def edges(sources: str, targets: str) -> set[tuple[str, str]]:
+    """(importing module, imported module) for the imports from package ``sources`` into package ``targets``."""
+    return {(imp.source, imp.target) for imp in all_imports()
+            if within(imp.source, sources) and within(imp.target, targets)}
+
+
+def exactness(found: set, allowed: set, name: str) -> str:
+    def show(items):
+        return sorted(sorted(item) if isinstance(item, frozenset) else item for item in items)
+
+    return f"new (fix them): {show(found - allowed)}; gone (delete them from {name}): {show(allowed - found)}"
+
+
+def test_the_parser_resolves_relative_submodule_and_lazy_imports():
+    known = {"p", "p.a", "p.b", "p.sub", "p.sub.c"}
+    source = (
+        "import p.a\n"
+        "from p import b, helper\n"
+        "from . import c\n"
+        "from ..a import f\n"
+        "import numpy.linalg\n"
+        "if TYPE_CHECKING:\n"
+        "    from p.b import T\n"
+        "def g():\n"
+        "    from .c import h\n"
+    )
+    found = imports_of("p.sub.d", source, is_package=False, known=known)
+    assert [(imp.target, imp.lazy) for imp in found] == [
+        ("p.a", False), ("p.b", False), ("p", False), ("p.sub.c", False), ("p.a", False), ("numpy.linalg", False),
+        ("p.b", False), ("p.sub.c", True),
+    ]
+    assert [imp.target for imp in imports_of("p.sub", "from . import c", is_package=True, known=known)] == ["p.sub.c"]
+
+
+def test_the_cycle_finder():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert cycles(graph) == {frozenset("abc"), frozenset("de")}
+
+
+def test_no_import_cycles_but_the_listed_ones():
+    found = cycles(project_graph())
+    assert found == ALLOWED_CYCLES, exactness(found, ALLOWED_CYCLES, "ALLOWED_CYCLES")
+
+
+def test_credit_imports_neither_losses_nor_models():
+    assert edges("agentjax.credit", "agentjax.losses") | edges("agentjax.credit", "agentjax.models") == set()
+
+
+def test_envs_import_neither_jax_nor_agentjax():
+    jax_and_its_libraries = ("jax", "jaxlib", "flax", "optax", "chex", "orbax")
+    assert set().union(*(edges("envs", name) for name in (*jax_and_its_libraries, "agentjax"))) == set()
+
+
+def test_rollout_imports_models_only_where_listed():
+    found = edges("agentjax.rollout", "agentjax.models")
+    assert found == ALLOWED_ROLLOUT_TO_MODELS, exactness(found, ALLOWED_ROLLOUT_TO_MODELS, "ALLOWED_ROLLOUT_TO_MODELS")
