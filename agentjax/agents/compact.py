@@ -13,9 +13,9 @@ compact prompts change four things, nothing else:
    ``' *'``, ``' |'``; ``'√'`` is two tokens, so a box on a target is written ``*``, as in the XSB Sokoban
    notation). A 6×6 room is 42 tokens (36 cells + 6 row ends); ``tests/agents/test_compact.py`` checks this with
    the real tokenizer.
-3. **No history where the state is fully observed** (Sokoban: the grid is the state). The collector's
-   ``history_length`` still applies to the partially observed envs; :data:`FULLY_OBSERVED` names the others, and
-   the tiny presets set ``history_length=0`` for them.
+3. **No history where the state is fully observed** (Sokoban: the grid is the state; the MDPs: the room is). The
+   collector's ``history_length`` still applies to the partially observed envs; :data:`FULLY_OBSERVED` names the
+   others, and the tiny presets set ``history_length=0`` for them.
 4. **A short system message** instead of the chat template's default ("You are Qwen, created by ...").
 
 The templates are :class:`~agentjax.agents.prompts.PromptTemplate` values, so :func:`~agentjax.agents.prompts.
@@ -72,9 +72,15 @@ TEXTCRAFT_SYNTH = dataclasses.replace(TEXTCRAFT, name="textcraft_synth")
 TEXTWORLD = _text_env("textworld", "You cook in a text world.")
 TEXTWORLD_SYNC = _text_env("textworld_sync", "You cook several dishes in a shared world.")
 
+# The credit-testbed MDPs (envs/mdp): the observation alone, which names the room and lists its exits (the
+# admissible labels); the task is the system message. With history_length 0 the prompt is a function of the state
+# only, so the policy is a table pi(a | s) that agentjax.train.exact reads with one forward pass per state.
+MDP = PromptTemplate(name="mdp", system="You walk through rooms to the goal.", first_turn="{current_observation}",
+                     with_history=_LATER + "{current_observation}", action_hint=_HINT)
+
 COMPACT_TEMPLATES: Mapping[str, PromptTemplate] = types.MappingProxyType(
-    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_SYNC)})
-FULLY_OBSERVED = frozenset({"sokoban"})  # the observation is the whole state: no history needed
+    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_SYNC, MDP)})
+FULLY_OBSERVED = frozenset({"sokoban", "mdp"})  # the observation is the whole state: no history needed
 PROMPT_STYLES = ("verl-agent", "compact")
 
 

@@ -213,6 +213,13 @@ def project_webshop(
     return _finish(action, reason, admissible, require_admissible)
 
 
+def project_mdp(text: str, admissible: Sequence[str] | None = None, *, require_think: bool = True) -> Projected:
+    """The credit-testbed MDPs (envs/mdp): the action block must name one of the state's exits (its admissible
+    labels, up to case and white space), returned in the list's spelling; anything else is invalid
+    (``not_admissible``, or the structural reason), and the env leaves the state as it is."""
+    return project_action(text, admissible, require_think=require_think, require_admissible=True)
+
+
 def project_textcraft(
     text: str,
     admissible: Sequence[str] | None = None,

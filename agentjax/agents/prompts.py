@@ -27,8 +27,8 @@ Where these templates deviate from verl-agent (``agent_system/environments/promp
   revision does: the first observation of ALFWorld repeats it, but with ``history_length=0`` the first-turn
   template is used at every step and the task would otherwise never be shown.
 - the task comes from ``Obs.instruction`` with a leading "Your task is to:" removed (so it is not doubled).
-- TextCraft, TextCraft-Synth and TextWorld (cooking) have no verl-agent template; theirs follow the ALFWorld
-  layout. TextCraft's crafting commands are part of its task: the environment should keep them in
+- TextCraft, TextCraft-Synth, TextWorld (cooking) and the credit-testbed MDPs have no verl-agent template; theirs
+  follow the ALFWorld layout. TextCraft's crafting commands are part of its task: the environment should keep them in
   ``Obs.instruction`` so they stay visible after the first observation leaves the history window.
 
 No system message (``PromptTemplate.system = None``), as in verl-agent: the Qwen2.5 chat template then inserts
@@ -339,7 +339,17 @@ TEXTWORLD_SYNC = dataclasses.replace(
     with_history=_TEXTWORLD_SYNC_INTRO + _LATER,
 )
 
+# The credit-testbed MDPs (envs/mdp; no verl-agent template): the observation names the room and its exits.
+_MDP_INTRO = "You are an expert agent walking through rooms towards a goal. Your task is to: {task_description}\n"
+MDP = PromptTemplate(
+    name="mdp",
+    first_turn=_MDP_INTRO + _FIRST,
+    with_history=_MDP_INTRO + _LATER,
+    action_hint="Now it's your turn to choose an exit.\n" + _THINK_THEN_ACT,
+    admissible_block=_ADMISSIBLE,
+)
+
 # Environment name -> template (data, read-only).
 TEMPLATES: Mapping[str, PromptTemplate] = types.MappingProxyType(
-    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_SYNC)}
+    {t.name: t for t in (ALFWORLD, SOKOBAN, WEBSHOP, TEXTCRAFT, TEXTCRAFT_SYNTH, TEXTWORLD, TEXTWORLD_SYNC, MDP)}
 )

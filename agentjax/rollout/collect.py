@@ -61,6 +61,10 @@ Per-row fields (METHODS.md notation; DESIGN.md "Core data"):
   same), ``rollout`` in ``[0, G)``, ``step`` in ``[0, T)``; ``node, parent, depth = NO_ID, NO_ID, 0``. Rows are
   ordered by (group, rollout, step) and padded to ``capacity`` (default: rounded up to ``row_bucket``).
 
+With ``sample_seeds`` each slot's task carries its episode's own ``meta["sample_seed"]``, drawn from ``key`` and the
+slot (:func:`with_sample_seeds`), for environments with random transitions (envs/mdp's slips): one stream per
+episode, a function of the batch's key.
+
 With ``snapshots`` every turn also keeps the env's snapshot of the state the policy read (``Turn.snapshot``), taken
 before its action; SERO restores its roots from them (:mod:`agentjax.rollout.oracle`).
 
@@ -88,6 +92,7 @@ from agentjax.agents.projection import (
     INVALID_PENALTY,
     Projected,
     project_action,
+    project_mdp,
     project_sokoban,
     project_textcraft,
     project_webshop,
@@ -115,7 +120,9 @@ PROJECTORS: Mapping[str, Projector] = types.MappingProxyType({
     "webshop": project_webshop,
     "textcraft": project_textcraft,
     "textcraft_synth": project_textcraft,
+    "mdp": project_mdp,
 })
+SAMPLE_SEED_SALT = 0x5A3D_5EED  # sample seeds: fold_in(fold_in(key, SALT), slot), apart from the turn keys (t < cap)
 
 
 @runtime_checkable
@@ -170,6 +177,7 @@ class CollectConfig:
     capacity: int | None = None  # ... unless a fixed capacity is given (then more rows are an error)
     max_trie_edges: int = 1024  # trie edge capacity for constrained decoding (rounded to a power of two)
     snapshots: bool = False  # record each turn's env snapshot before its action (SERO's roots restore them)
+    sample_seeds: bool = False  # each episode's task carries meta["sample_seed"] from (key, slot) (stochastic envs)
 
     def __post_init__(self):
         positive = dict(group_size=self.group_size, max_steps=self.max_steps, max_prompt_tokens=self.max_prompt_tokens,
@@ -290,6 +298,24 @@ def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig,
     return constrain.build_trie(rows, max_edges=max(config.max_trie_edges, needed), vocab_size=vocab_size)
 
 
+def sample_seeds(key: jax.Array, num_slots: int) -> list[int]:
+    """``[num_slots]`` the sample seed of each slot's episode in a batch collected with ``key``: the two words of
+    ``fold_in(fold_in(key, SAMPLE_SEED_SALT), slot)`` as one 64-bit integer (``CollectConfig.sample_seeds``)."""
+    base = jax.random.fold_in(key, SAMPLE_SEED_SALT)
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base, np.arange(num_slots, dtype=np.uint32))
+    words = np.asarray(jax.random.key_data(keys), np.uint64).reshape(num_slots, -1)
+    return [int(w[0]) << 32 | int(w[-1]) for w in words]
+
+
+def with_sample_seeds(slot_tasks: Sequence[Task], key: jax.Array) -> list[Task]:
+    """The slots' tasks, each with its episode's own ``meta["sample_seed"]`` (:func:`sample_seeds`): an env whose
+    transitions are random (envs/mdp's slips) seeds each episode's draws from it, so the rollouts of a group draw
+    independently and a batch's draws are a function of its key (runs and resumed runs repeat them; evaluation,
+    whose key is fixed, sees the same draws in the same episode at every eval point)."""
+    seeds = sample_seeds(key, len(slot_tasks))
+    return [dataclasses.replace(t, meta={**t.meta, "sample_seed": s}) for t, s in zip(slot_tasks, seeds, strict=True)]
+
+
 def _make_turn(step: int, obs: Obs, prompt: list[int], prompt_truncated: bool, out: SampleOutput, row: int,
                projected: Projected, result: Any, config: CollectConfig,
                replies: list[list[int]] | None = None, snapshot: Any = None) -> Turn:
@@ -369,6 +395,8 @@ def run_episodes(
 
     t0 = time.perf_counter()
     slot_tasks = group_tasks(tasks, g_size)
+    if config.sample_seeds:
+        slot_tasks = with_sample_seeds(slot_tasks, key)
     obs: list[Obs] = list(pool.reset(slot_tasks + [None] * (pool.num_slots - n)))[:n]
     env_s += time.perf_counter() - t0
     history: list[list[tuple[str, str]]] = [[] for _ in range(n)]

@@ -8,6 +8,7 @@ from agentjax.agents import (
     Projected,
     normalize,
     project_action,
+    project_mdp,
     project_sokoban,
     project_textcraft,
     project_webshop,
@@ -140,6 +141,16 @@ def test_webshop_actions():
         p = project_webshop(reply(bad))
         assert p.valid is False and p.reason == "bad_format", bad
     assert project_webshop("<action>click[buy now]</action>").reason == "missing_think"
+
+
+def test_mdp_labels():
+    exits = ("north", "blue door", "gate")
+    assert project_mdp("<action>Blue  Door</action>", exits, require_think=False) == Projected("blue door", True, "ok")
+    assert project_mdp(reply("gate"), exits) == Projected("gate", True, "ok")
+    assert project_mdp("<action>west</action>", exits, require_think=False) == Projected("west", False,
+                                                                                           "not_admissible")
+    assert project_mdp("north", exits, require_think=False) == Projected("north", False, "no_action")
+    assert project_mdp("<action>gate</action>", exits).reason == "missing_think"
 
 
 def test_textcraft_commands():

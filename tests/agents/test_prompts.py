@@ -175,7 +175,7 @@ def test_every_template_formats(name):
 
 def test_templates_are_read_only_data():
     assert set(TEMPLATES) == {"alfworld", "sokoban", "webshop", "textcraft", "textcraft_synth", "textworld",
-                              "textworld_sync"}
+                              "textworld_sync", "mdp"}
     with pytest.raises(TypeError):
         TEMPLATES["new"] = ALFWORLD  # type: ignore[index]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -185,6 +185,7 @@ def test_templates_are_read_only_data():
 def test_every_environment_has_a_template_and_a_projector():
     from agentjax.rollout.collect import PROJECTORS
     from envs.alfworld import AlfWorldEnv
+    from envs.mdp import MDPEnv
     from envs.sokoban import SokobanEnv
     from envs.textcraft import TextCraftEnv, TextCraftSynthEnv
     from envs.textworld import TextWorldCookingEnv
@@ -192,7 +193,7 @@ def test_every_environment_has_a_template_and_a_projector():
     from envs.webshop import WebShopEnv
 
     for env in (AlfWorldEnv, SokobanEnv, TextCraftEnv, TextCraftSynthEnv, TextWorldCookingEnv, TextWorldSyncEnv,
-                WebShopEnv):
+                WebShopEnv, MDPEnv):
         assert env.name in TEMPLATES and env.name in PROJECTORS, env.name
 
 

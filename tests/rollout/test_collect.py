@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import types
 from typing import Any, ClassVar
 
@@ -26,9 +27,10 @@ from agentjax.credit import batched_crbc, batched_gigpo
 from agentjax.models import Finish, Qwen, QwenConfig, SampleOutput, Sampler, SamplingParams, load_tokenizer
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID, IM_START_ID
 from agentjax.rollout import NO_ID, check_unique_positions, to_groups
-from agentjax.rollout.collect import CollectConfig, collect, run_episodes, to_step_batch
+from agentjax.rollout.collect import CollectConfig, collect, run_episodes, sample_seeds, to_step_batch
 from agentjax.rollout.stats import summarize
 from envs.base import Env, Obs, Task, step_info
+from envs.mdp import MDPEnv
 from envs.pool import EnvPool, SerialPool
 from envs.sokoban.env import SokobanEnv
 from tests.envs.toy_env import ChainEnv
@@ -412,6 +414,45 @@ def test_same_key_same_batch_across_runs_and_pools(sampler):
     assert not np.array_equal(np.asarray(a.response_tokens), np.asarray(d.response_tokens))
     np.testing.assert_array_equal(np.unique(np.asarray(a.task)[np.asarray(a.row_mask)]), [10, 11, 12, 13])
     assert stats.env_seconds > 0 and stats.generate_seconds > 0 and stats.total_seconds >= stats.generate_seconds
+
+
+class FirstExit:
+    """A policy replying ``<action>first exit</action>`` in every row: the first label the MDP observation lists."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, params, key, **kw) -> SampleOutput:
+        b, t = len(prompts), params.max_new_tokens
+        exits = [re.findall(r"exits: ([^\n]*)", self.tokenizer.decode(p))[-1].split(", ") for p in prompts]
+        texts = [f"<action>{labels[0]}</action>" for labels in exits]
+        tokens, lengths = np.zeros((b, t), np.int32), np.zeros(b, np.int32)
+        for i, text in enumerate(texts):
+            ids = (self.tokenizer.encode(text, add_special_tokens=False) + [IM_END_ID])[:t]
+            tokens[i, :len(ids)], lengths[i] = ids, len(ids)
+        logp = np.where(np.arange(t)[None] < lengths[:, None], -0.5, 0.0).astype(np.float32)
+        return SampleOutput(tokens_bt=tokens, logp_bt=logp, logp_unmasked_bt=logp, length_b=lengths,
+                            finish_b=np.full(b, Finish.STOP_TOKEN, np.int32), texts=texts)
+
+
+def test_sample_seeds_give_each_episode_its_own_reproducible_slips(tokenizer):
+    """The MDPs' slips (s2: 0.2 in every room) under ``sample_seeds``: a deterministic policy's 8 rollouts of a task
+    differ only by their slips; the same key repeats every episode, another key changes them."""
+    config = CollectConfig(group_size=8, max_steps=14, sampling=SCRIPTED, require_think=False, sample_seeds=True)
+    tasks = MDPEnv.tasks("train")[:2]
+
+    def paths(key: int, config: CollectConfig = config) -> list[tuple]:
+        rollouts = run_episodes(SerialPool(functools.partial(MDPEnv, setting="s2"), 16), tasks, FirstExit(tokenizer),
+                                config, jax.random.key(key))
+        assert all(turn.valid for ep in rollouts.episodes for turn in ep.turns)
+        return [tuple((t.info["state_id"], t.info["slipped"]) for t in ep.turns) for ep in rollouts.episodes]
+
+    first = paths(0)
+    assert paths(0) == first and paths(1) != first
+    assert len(set(first[:8])) > 1 and any(slipped for path in first for _, slipped in path)
+    assert all(len(set(paths(0, config.replace(sample_seeds=False))[:8])) > 1 for _ in range(2))  # fresh entropy
+    assert sample_seeds(jax.random.key(0), 3) == sample_seeds(jax.random.key(0), 3)
+    assert len(set(sample_seeds(jax.random.key(0), 16))) == 16
 
 
 def test_the_batch_feeds_group_views_and_credit_kernels(soko_constrained):
