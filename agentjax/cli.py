@@ -3,7 +3,7 @@
 ::
 
     agentjax train --method {grpo,rloo,ppo,gigpo,hgpo,graphgpo,crbc} \\
-                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync} \\
+                   --env {sokoban,alfworld,webshop,textcraft,textcraft_synth,textworld,textworld_sync,mdp} \\
                    --preset {tiny,paper-1.5b,paper-7b} [--resume] [--dry-run] [--no-warm-start] [overrides]
                    [--sero] [--sero.FIELD VALUE ...]
     agentjax train --method {rao,sera} --env {textcraft_synth,textworld_sync} --preset {tiny,paper-4b} [...]
@@ -23,6 +23,12 @@ nested config to None). Everything is validated before any work: an unknown meth
 flag, a value out of range, sizes that disagree, a micro-batch that does not divide the batch, a mesh that does
 not match the devices, a missing checkpoint folder are one-line errors (exit status 2). ``--dry-run`` stops after
 validation and prints the config as JSON.
+
+``--env mdp`` trains on the credit-testbed MDPs (envs/mdp): the setting is ``--env-kwargs setting s1|s2|s3`` (the
+tiny preset: s2, a pool of 8 MDPs, ``--max-steps`` at least the setting's step cap: s1 34, s3 20), its tiny preset
+a word-level tokenizer (``--tokenizer words:mdp``) and a small policy from random init, and every evaluation also
+logs the exact success (``exact/``) and the batch's credit accuracy (``credit/pearson``, ``credit/sign_agreement``:
+:mod:`agentjax.train.exact`).
 
 ``--sero`` adds SERO's auxiliary oracle branch (``TrainConfig.sero = SeroConfig()``: λ_O = 0.1, reachability
 weights, uniform roots, the strict-success gate; METHODS.md "SERO") on top of the chosen method. Every

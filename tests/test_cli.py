@@ -27,7 +27,7 @@ from agentjax.train.config import SeroConfig
 from agentjax.train.runconfig import ENVS
 
 BASE = ["train", "--method", "crbc", "--env", "sokoban", "--preset", "tiny"]
-ALL_ENVS = ("sokoban", "alfworld", "webshop", "textcraft", "textcraft_synth", "textworld", "textworld_sync")
+ALL_ENVS = ("sokoban", "alfworld", "webshop", "textcraft", "textcraft_synth", "textworld", "textworld_sync", "mdp")
 NEW_ENVS = ("textcraft_synth", "textworld", "textworld_sync")
 
 
@@ -76,12 +76,19 @@ def test_tiny_dry_run_for_every_env(capsys, env):
     assert code == 0, err
     config = json.loads(out)
     ro, co = config["train"]["rollout"], config["collect"]
-    assert config["env"] == env and config["warm_start"] is not None  # every env has an oracle
-    assert co["constrained"] and co["masked_logp"]
+    assert config["env"] == env and co["constrained"] and co["masked_logp"] and co["prompt"] == "compact"
     assert (ro["max_steps"], ro["prompt_len"], ro["response_len"], ro["capacity"]) == (
         co["max_steps"], co["max_prompt_tokens"], co["sampling"]["max_new_tokens"], co["capacity"])
-    assert ro["capacity"] == ro["num_groups"] * 8 * ro["max_steps"] and ro["capacity"] % (4 * 40) == 0  # whole
-    assert ro["num_groups"] == (16 if env == "sokoban" else 4) and co["prompt"] == "compact"  # mini-batches
+    assert ro["capacity"] == ro["num_groups"] * 8 * ro["max_steps"]
+    if env == "mdp":  # a word-level tokenizer and a small policy from random init, its own sizes
+        assert config["warm_start"] is None and config["tokenizer"] == "words:mdp" and co["sample_seeds"]
+        assert config["train"]["model"]["arch"]["vocab_size"] == 256 and co["sampling"]["stop_token_ids"] == [2, 0]
+        assert config["env_kwargs"] == {"setting": "s2"} and ro["num_groups"] == 8 and ro["max_steps"] == 14
+        assert ro["capacity"] % (config["train"]["mini_batches"] * config["train"]["micro_batch_size"]) == 0
+        return
+    assert config["warm_start"] is not None and config["tokenizer"] is None  # every other env has an oracle
+    assert ro["capacity"] % (4 * 40) == 0 and not co["sample_seeds"]  # whole mini-batches
+    assert ro["num_groups"] == (16 if env == "sokoban" else 4)
     if env.startswith("textcraft"):  # the constrained decoder needs the admissible commands
         assert config["env_kwargs"] == {"admissible": True}
 

@@ -9,6 +9,7 @@
 - :mod:`~agentjax.models.choose` — constrained choice among a few whole answers in one teacher-forced pass.
 - :mod:`~agentjax.models.constrain` — the token trie of allowed strings.
 - :mod:`~agentjax.models.tokenizer` — the real Qwen tokenizer (checkpoint folder or offline BPE files).
+- :mod:`~agentjax.models.word_tokenizer` — a word-level tokenizer over a fixed corpus (small text envs, tests).
 """
 
 from agentjax.models.config import QwenConfig

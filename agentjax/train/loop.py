@@ -47,19 +47,21 @@ import numpy as np
 import optax
 from flax import nnx
 
-from agentjax.models import Qwen, Sampler, load_hf, load_tokenizer
+from agentjax.models import Qwen, Sampler, load_hf
 from agentjax.parallel import create_sharded, fsdp_tp, make_mesh, param_shardings
 from agentjax.parallel.rules import activation_sharding
-from agentjax.rollout.collect import run_episodes, to_step_batch
+from agentjax.rollout.collect import CollectConfig, run_episodes, to_step_batch
 from agentjax.rollout.stats import summarize
 from agentjax.train.advantages import compute_advantages
 from agentjax.train.checkpoint import Checkpointer, run_folder_lock
-from agentjax.train.config import OptimizerConfig
+from agentjax.train.config import OptimizerConfig, TrainConfig
 from agentjax.train.eval import eval_key, evaluate
+from agentjax.train.exact import exact_probe, exact_scalars
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
 from agentjax.train.runconfig import RunConfig, run_from_dict
 from agentjax.train.sero import SeroBranch, save_bank
-from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, sync_model
+from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, policy_params, sync_model
+from agentjax.train.tokenizers import run_tokenizer
 from agentjax.train.update import NonFiniteUpdateError, check_nonfinite, make_update, make_value_fn
 from agentjax.train.warmstart import initial_policy, warm_start_folder
 from envs.pool import EnvPool, SerialPool
@@ -142,7 +144,9 @@ def _check_resumable(run: RunConfig, saved: Mapping[str, Any], path: str) -> Non
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}  # keys older checkpoints did not save
     mine, theirs = _flatten({k: run.to_dict()[k] for k in RESUME_KEYS}), _flatten(
         {k: saved.get(k, defaults.get(k)) for k in RESUME_KEYS})
-    diff = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    # nested fields that older code did not have (and so did not save) compare at their defaults
+    fresh = _flatten({"train": TrainConfig().to_dict(), "collect": dataclasses.asdict(CollectConfig())})
+    diff = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k, fresh.get(k))]
     if diff:
         shown = "; ".join(f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}" for k in diff[:5])
         raise ValueError(f"cannot resume from {path}: the run config differs ({shown}); resume with the same config "
@@ -173,6 +177,7 @@ class Trainer:
     sero: SeroBranch | None = None  # SERO's oracle branch (TrainConfig.sero)
     eval_pool: Any = None  # evaluation's pool where eval_env_kwargs differ (None: `pool`)
     held_out_tasks: list = dataclasses.field(default_factory=list)  # RunConfig.held_out_tasks' tasks
+    exact: Any = None  # exact evaluation and credit accuracy on a known model (agentjax.train.exact; envs/mdp)
 
     @property
     def evaluation_pool(self) -> Any:
@@ -228,7 +233,7 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
             raise ValueError(f"RunConfig.eval_tasks={run.eval_tasks} but {run.env} {run.evaluation_split} has "
                              f"{len(eval_tasks)} tasks")
         eval_tasks = eval_tasks[:run.eval_tasks]
-    tokenizer = load_tokenizer(run.tokenizer)
+    tokenizer = run_tokenizer(run.tokenizer)
     if len(tokenizer) > run.train.model.arch.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens, more than the model's vocabulary "
                          f"({run.train.model.arch.vocab_size}); raise train.model.arch.vocab_size")
@@ -286,11 +291,11 @@ def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
                    value_fn=make_value_fn(run.train, model) if run.train.is_ppo else None,
                    pool=pool, train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,
                    resumed_from=resumed_from, sero=sero, eval_pool=None if eval_pool is pool else eval_pool,
-                   held_out_tasks=held_out_tasks(run))
+                   held_out_tasks=held_out_tasks(run), exact=exact_probe(run, tokenizer, eval_tasks, model))
 
 
 def _eval_scalars(evaluation: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in evaluation.items() if k not in ("seconds", "outcomes")}
+    return {k: v for k, v in evaluation.items() if k not in ("seconds", "outcomes", "exact")}
 
 
 def _save_outcomes(run: RunConfig, tasks: list, step: int, evaluation: Mapping[str, Any], series: str = "") -> None:
@@ -301,7 +306,8 @@ def _save_outcomes(run: RunConfig, tasks: list, step: int, evaluation: Mapping[s
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{step}.json"), "w") as f:
         json.dump({"step": step, "tasks": [t.task_id for t in tasks], "outcomes": evaluation["outcomes"],
-                   "success_rate": evaluation["success_rate"], "success_se": evaluation["success_se"]}, f)
+                   "success_rate": evaluation["success_rate"], "success_se": evaluation["success_se"]}
+                  | ({"exact": evaluation["exact"]} if "exact" in evaluation else {}), f)
 
 
 def _evaluate(t: Trainer, step: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -311,6 +317,8 @@ def _evaluate(t: Trainer, step: int) -> tuple[dict[str, Any], dict[str, Any]]:
     t.sampler.update_weights(t.model)
     evaluation = evaluate(t.evaluation_pool, t.eval_tasks, t.sampler, run.eval_collect, key,
                           task_indices=range(len(t.eval_tasks)))
+    if t.exact is not None:  # the eval tasks' exact success (agentjax.train.exact)
+        evaluation["exact"] = t.exact.evaluate(t.state.params)
     _save_outcomes(run, t.eval_tasks, step, evaluation)
     held_out = {}
     if t.held_out_tasks:
@@ -352,8 +360,8 @@ def _train_flat(run: RunConfig, *, resume: bool, stop_after: int | None) -> dict
             t0 = time.perf_counter()
             sync_model(t.model, t.state, copy=False)
             last_eval, held_out = _evaluate(t, 0)
-            writer.write(0, update_metrics(eval=_eval_scalars(last_eval), held_out=_eval_scalars(held_out))
-                         | {"time/eval": time.perf_counter() - t0})
+            writer.write(0, update_metrics(eval=_eval_scalars(last_eval), held_out=_eval_scalars(held_out),
+                                           exact=exact_scalars(last_eval)) | {"time/eval": time.perf_counter() - t0})
         with ProgressBar(run.updates, completed=start, description=f"{cfg.credit.method} {run.env}",
                          shown=("rollout/success_rate", "eval/success_rate", "train/loss", "train/kl"),
                          disable=not run.progress) as bar:
@@ -376,6 +384,10 @@ def _train_flat(run: RunConfig, *, resume: bool, stop_after: int | None) -> dict
                     with timer("sero"):
                         rows, sero_metrics, *_ = t.sero.branch(state.params, rollouts, key)
                     oracle = {"oracle": rows}
+                exact_credit = {}
+                if t.exact is not None and _due(int(state.step) + 1, run.eval_every, run.updates):
+                    with timer("exact"):  # the behaviour parameters' exact A^π, before the update donates them
+                        exact_credit = t.exact.credit(state.params, rollouts, adv)
                 state, key = next_key(state)
                 with timer("update"):
                     state, metrics = t.update(state, batch, adv, key, **oracle)
@@ -389,9 +401,9 @@ def _train_flat(run: RunConfig, *, resume: bool, stop_after: int | None) -> dict
                         evaluation, held_out = _evaluate(t, step)
                     last_eval = evaluation
                 timing = {"env": stats.env_seconds, "generate": stats.generate_seconds, "prompt": stats.prompt_seconds}
-                record = update_metrics(train=metrics, rollout=_rollout_scalars(stats), credit=adv.stats,
+                record = update_metrics(train=metrics, rollout=_rollout_scalars(stats), credit=adv.stats | exact_credit,
                                         eval=_eval_scalars(evaluation), held_out=_eval_scalars(held_out),
-                                        sero=sero_metrics)
+                                        sero=sero_metrics, exact=exact_scalars(evaluation))
                 try:  # log a skipped update before stopping the run for it
                     check_nonfinite(state, metrics, cfg)
                     stop = None
@@ -523,7 +535,7 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
     run = run.replace(**changes)
     run.check()
     eval_tasks = run.spec.tasks(run.evaluation_split)[:run.eval_tasks]
-    tokenizer = load_tokenizer(run.tokenizer)
+    tokenizer = run_tokenizer(run.tokenizer)
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model, restored_step = restore_model(run, out_dir, step, tokenizer, mesh)
     if run.tree is not None:  # root success of the trees
@@ -542,6 +554,9 @@ def evaluate_checkpoint(path: str, *, step: int | None = None, tasks: int | None
                               eval_key(run.train.seed), task_indices=range(len(eval_tasks)))
         finally:
             pool.close()
+        probe = exact_probe(run, tokenizer, eval_tasks, model)
+        if probe is not None:
+            result["exact"] = probe.evaluate(policy_params(model))
     result = {"step": restored_step, "env": run.env, "split": run.evaluation_split, "tasks": len(eval_tasks),
               "seeds": run.eval_seeds, "method": run.train.credit.method} | result
     tag = f"_search{run.eval_search}" + ("_initial" if grader == "initial" else "") if run.eval_search else ""

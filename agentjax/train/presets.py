@@ -34,8 +34,11 @@ streams at every eval point). It starts from a shared supervised warm start on 1
 steps of 32 turns at 2e-3, on the constrained choices: :mod:`agentjax.train.warmstart`, which records the policy's
 held-out agreement with the oracle; Sokoban: 4,000 episodes and 2,000 steps, :data:`TINY_WARM_STARTS`). The RL step
 was chosen on Sokoban only (:data:`TINY_LEARNING_RATES`; ``experiments/crbc/README.md``). Every env has an oracle, so
-every tiny preset warm-starts. TextWorld's warm start plays all 300 train games, which are generated on first use
-(``$TEXTWORLD_GAMES``; ``python -m envs.textworld.generate --split train --split valid`` makes them ahead).
+every tiny preset warm-starts, except the credit-testbed MDPs' (``--env mdp``): a word-level tokenizer and a 256-row
+policy from random init, AdamW at 5e-3, on a pool of 8 s2 MDPs, 60 updates of 8 groups, evaluated every 10 with
+the exact success and the batch's credit accuracy (:data:`TINY_WORD_ENVS`, :mod:`agentjax.train.exact`).
+TextWorld's warm start plays all 300 train games, which are generated on first use (``$TEXTWORLD_GAMES``;
+``python -m envs.textworld.generate --split train --split valid`` makes them ahead).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from agentjax.agents.compact import FULLY_OBSERVED
 from agentjax.models.config import QwenConfig
 from agentjax.models.sampler import SamplingParams
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.models.word_tokenizer import STOP_IDS as WORD_STOPS
 from agentjax.rollout.collect import CollectConfig
 from agentjax.train.config import (
     LossConfig,
@@ -58,7 +62,7 @@ from agentjax.train.config import (
     TrainConfig,
     credit_for,
 )
-from agentjax.train.runconfig import ENVS, RunConfig, TreeConfig, WarmStart, full_capacity
+from agentjax.train.runconfig import ENVS, WORDS_PREFIX, RunConfig, TreeConfig, WarmStart, full_capacity
 from agentjax.train.schedule import TOTAL_STEPS
 
 PRESETS = ("tiny", "paper-1.5b", "paper-7b", "paper-4b")
@@ -70,7 +74,7 @@ TINY_SERA = dict(stages=(3, 1, 1), branches=4, fork_budget=8)
 TINY_RUBRIC_TOKENS, PAPER_RUBRIC_TOKENS = (320, 96), (1024, 512)
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
 STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40, "textcraft_synth": 75, "textworld": 100,
-             "textworld_sync": 200}
+             "textworld_sync": 200, "mdp": 14}
 # The tiny preset's caps: the paper's, shorter where the paper's would make a 2-core CPU update take hours (the
 # oracle's episodes: TextCraft-Synth medium ≤ 48 turns in 30 sampled tasks, TextWorld median 15, TextWorld-Sync's
 # train split ≤ 60, medium ≤ 48; longer ones are cut).
@@ -82,22 +86,22 @@ TINY_STEP_CAPS = STEP_CAPS | {"textcraft_synth": 40, "textworld": 40, "textworld
 # of 42 games, agentjax/train/runconfig.py), TextWorld-Sync ≤ 1,121 (oracle and random episodes of 152 tasks of its
 # three splits, runconfig.py).
 TINY_PROMPT_LENS = {"sokoban": 128, "alfworld": 2048, "webshop": 2048, "textcraft": 4096, "textcraft_synth": 4096,
-                    "textworld": 1536, "textworld_sync": 1536}
+                    "textworld": 1536, "textworld_sync": 1536, "mdp": 48}
 # Response capacities: the longest constrained reply (<action>…</action> and the stop token) with room to spare:
 # TextCraft-Synth 59 tokens on train_medium, 105 on val; TextWorld 14, TextWorld-Sync 13; WebShop's listed search
 # (the instruction, TINY_ENV_KWARGS) up to 75 over all 6,910 goals.
 TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 96, "textcraft": 48, "textcraft_synth": 128,
-                      "textworld": 32, "textworld_sync": 32}
+                      "textworld": 32, "textworld_sync": 32, "mdp": 8}
 # Sokoban's compact prompt (agentjax.agents.compact: one token per cell, no history) is 98-112 tokens.
 # Sizes of the tiny preset where they differ from 4 groups, 10 updates, 24 eval tasks: Sokoban trains on 16 rooms a
 # batch (8 rooms an update moved the policy in no consistent direction) and evaluates on 64 valid rooms x 2 seeds =
 # 128 episodes.
-TINY_GROUPS = {"sokoban": 16}
-TINY_UPDATES = {"sokoban": 20}
+TINY_GROUPS = {"sokoban": 16, "mdp": 8}
+TINY_UPDATES = {"sokoban": 20, "mdp": 60}
 # RL step of the tiny preset (AdamW learning rate, optimizer steps per update) where it differs from 2e-3 and 4:
 # Sokoban's, chosen from its warm start with GRPO / GiGPO among five steps (experiments/crbc/probe.py and
 # experiments/crbc/README.md): the largest that moved eval success beyond noise on 16 rooms an update.
-TINY_LEARNING_RATES = {"sokoban": 5e-4}
+TINY_LEARNING_RATES = {"sokoban": 5e-4, "mdp": 5e-3}
 TINY_MINI_BATCHES = {"sokoban": 2}
 TINY_EVAL_TASKS = {"sokoban": 64}
 # Warm starts of the tiny preset where they differ from 1,000 oracle episodes and 1,000 steps: Sokoban's loss stalls
@@ -107,7 +111,7 @@ TINY_WARM_STARTS = {"sokoban": dict(episodes=4000, steps=2000)}
 # decoder and the warm start's masked choices need the list).
 # WebShop: the constrained policy cannot write a query, so its listed search is the instruction (envs/webshop/env.py).
 TINY_ENV_KWARGS = {"textcraft": {"admissible": True}, "textcraft_synth": {"admissible": True},
-                   "webshop": {"search_query": "instruction"}}
+                   "webshop": {"search_query": "instruction"}, "mdp": {"setting": "s2"}}
 # Collector overrides of the tiny preset: TextCraft's listings grow with the recipe tree (TextCraft-Synth's val
 # extreme tasks open with prompts of up to 31,104 tokens): longer prompts keep their last tokens.
 # WebShop: up to 56 listed actions on an item page of the 1k catalogue, so up to 56 allowed tokens at a position.
@@ -116,7 +120,19 @@ TINY_COLLECT = {"textcraft": {"truncation": "left"}, "textcraft_synth": {"trunca
 # Paper evaluation: ALFWorld's 134 valid_unseen games, the whole eval split where it is smaller than 128 or where the
 # paper evaluates on all of it (TextCraft-Synth: SERA's 632 val tasks; TextWorld-Sync: SERA's 1,400 test tasks).
 PAPER_EVAL_TASKS = {"alfworld": 134, "webshop": 128, "sokoban": 128, "textcraft": 100, "textcraft_synth": 632,
-                    "textworld": 60, "textworld_sync": 1400}
+                    "textworld": 60, "textworld_sync": 1400, "mdp": 128}
+# The tiny preset of the envs with a word vocabulary (the credit-testbed MDPs, envs/mdp): a word-level tokenizer
+# ("words:<env>", agentjax.train.tokenizers: 235 tokens for mdp), a policy with 256 vocabulary rows
+# (tiny_word_arch), random init (no warm start: what it learns, the RL signal taught it), AdamW at 5e-3, micro-batches
+# of TINY_WORD_MICRO_BATCH rows (8 x 8 x 14 = 896 rows: 4 mini-batches of 4 micro-batches of 56), s2 (the
+# pre-registered setting with converging paths and slips). An MDP's room numbers and labels carry nothing that another
+# MDP shares (envs/mdp/text.py), so a policy learns each MDP's table and cannot generalise to unseen seeds: the run
+# trains on a pool of the first 8 train MDPs (one group each per batch) and evaluates on them (TINY_WORD_RUN:
+# RunConfig.train_pool, eval_split; the tiny CRBC experiment's pool setting), 16 sampled episodes each every 10
+# updates, with the exact success and the batch's credit accuracy (agentjax.train.exact).
+TINY_WORD_ENVS = frozenset({"mdp"})
+TINY_WORD_MICRO_BATCH = 56
+TINY_WORD_RUN = dict(train_pool=8, eval_split="train", eval_tasks=8, eval_seeds=16, eval_every=10, checkpoint_every=20)
 
 
 def paper_credit(method: str, env: str, **params: Any):
@@ -135,22 +151,33 @@ def tiny_arch(**kw: Any) -> QwenConfig:
                                           num_kv_heads=2, head_dim=16, name="tiny-qwen2-151k") | kw))
 
 
+def tiny_word_arch(**kw: Any) -> QwenConfig:
+    """The policy of the word-vocabulary envs' tiny preset: Qwen2 structure, 256 vocabulary rows, 2 layers of width
+    64."""
+    return QwenConfig.tiny_qwen2(**(dict(vocab_size=256, d_model=64, mlp_dim=128, num_layers=2, num_heads=4,
+                                          num_kv_heads=2, head_dim=16, max_positions=512, name="tiny-qwen2-words")
+                                    | kw))
+
+
 def _sized(train: TrainConfig, collect: CollectConfig, *, num_groups: int, group_size: int, max_steps: int,
-           prompt_len: int, response_len: int) -> dict[str, Any]:
-    """``train`` and ``collect`` with the same sizes (every turn of every rollout fits the batch)."""
+           prompt_len: int, response_len: int, micro_batch_size: int | None = None) -> dict[str, Any]:
+    """``train`` and ``collect`` with the same sizes (every turn of every rollout fits the batch) and, if given, the
+    micro-batch size that splits it."""
     ro = RolloutConfig(num_groups=num_groups, group_size=group_size, max_steps=max_steps, prompt_len=prompt_len,
                        response_len=response_len, capacity=num_groups * group_size * max_steps)
     co = collect.replace(group_size=group_size, max_steps=max_steps, max_prompt_tokens=prompt_len, capacity=ro.rows,
                          sampling=dataclasses.replace(collect.sampling, max_new_tokens=response_len))
-    return dict(train=train.replace(rollout=ro), collect=co)
+    micro = dict(micro_batch_size=micro_batch_size) if micro_batch_size is not None else {}
+    return dict(train=train.replace(rollout=ro, **micro), collect=co)
 
 
 def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
-    """The CPU preset (module docstring)."""
+    """The CPU preset (module docstring; the word-vocabulary envs: :data:`TINY_WORD_ENVS`)."""
     spec = ENVS[env]
     prompt_len, response_len = TINY_PROMPT_LENS[env], TINY_RESPONSE_LENS[env]
+    words = env in TINY_WORD_ENVS
     train = TrainConfig(
-        model=ModelConfig(tiny_arch()),
+        model=ModelConfig(tiny_word_arch() if words else tiny_arch()),
         credit=paper_credit(method, env, **credit),
         loss=LossConfig(logprob_chunk=16, logprob_remat=False),
         optimizer=OptimizerConfig(learning_rate=TINY_LEARNING_RATES.get(env, 2e-3)),
@@ -161,16 +188,21 @@ def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
     collect = spec.collect(constrained=True, masked_logp=True, prompt="compact",
                            history_length=0 if env in FULLY_OBSERVED else 2, batch_bucket=8, pow2_batches=True,
                            row_keys=True, sparse_logits=True,
-                           sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
+                           sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len,
+                                                   stop_token_ids=WORD_STOPS if words else STOPS,
                                                    prompt_bucket=prompt_len), **TINY_COLLECT.get(env, {}))
     groups = TINY_GROUPS.get(env, 4)
     sizes = _sized(train, collect, num_groups=groups, group_size=8, max_steps=TINY_STEP_CAPS[env],
-                   prompt_len=prompt_len, response_len=response_len)
-    return RunConfig(**sizes, env=env, env_kwargs=dict(TINY_ENV_KWARGS.get(env, {})), updates=TINY_UPDATES.get(env, 10),
-                     eval_every=4, eval_tasks=TINY_EVAL_TASKS.get(env, 24), eval_seeds=2, checkpoint_every=4,
-                     keep_checkpoints=2, out_dir=f"runs/tiny-{env}-{method}",
-                     warm_start=WarmStart(**(dict(episodes=1000, steps=1000, batch_size=32, learning_rate=2e-3)
-                                             | TINY_WARM_STARTS.get(env, {}))))
+                   prompt_len=prompt_len, response_len=response_len,
+                   micro_batch_size=TINY_WORD_MICRO_BATCH if words else None)
+    run = RunConfig(**sizes, env=env, env_kwargs=dict(TINY_ENV_KWARGS.get(env, {})), updates=TINY_UPDATES.get(env, 10),
+                    eval_every=4, eval_tasks=TINY_EVAL_TASKS.get(env, 24), eval_seeds=2, checkpoint_every=4,
+                    keep_checkpoints=2, out_dir=f"runs/tiny-{env}-{method}",
+                    warm_start=WarmStart(**(dict(episodes=1000, steps=1000, batch_size=32, learning_rate=2e-3)
+                                            | TINY_WARM_STARTS.get(env, {}))))
+    if words:
+        return run.replace(tokenizer=f"{WORDS_PREFIX}{env}", warm_start=None, **TINY_WORD_RUN)
+    return run
 
 
 def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig:

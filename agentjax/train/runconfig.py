@@ -25,6 +25,11 @@ capacities come from prompts measured with the real Qwen2.5 tokenizer and the ve
 - TextWorld CookingWorld: ≤ 967 tokens over oracle and random-admissible episodes of 42 games of all six levels
   (level 6 the longest) -> 2,048; 100 steps (the env's limit, 1.7 x the longest walkthrough); replies ≤ 14 tokens,
   at most 15 allowed tokens at a reply position -> ``max_allowed`` 32.
+- The credit-testbed MDPs (envs/mdp): the setting by env kwargs (``setting="s1" | "s2" | "s3"``, the
+  pre-registered ones; default ``MDPConfig()``), one MDP per task seed, the train / valid splits of envs/mdp;
+  14 steps (the step cap of s2 and of the default; s1 needs 34, s3 20: ``--max-steps``); first prompts ≤ 173 Qwen
+  tokens with the verl-agent template (every state of 30 tasks of each setting; two history records add about 100)
+  -> 512; every episode its own slip stream (``CollectConfig.sample_seeds``).
 - TextWorld-Sync (the released benchmark): ≤ 1,375 tokens over oracle and random-admissible episodes (first 60
   turns) of 152 tasks of the three splits (every family x difficulty) -> 2,048; compact prompts ≤ 1,121; 200 steps
   (the authors' single-agent root cap; the shared world budget, 65-125 steps, or 100 in training, ends an episode
@@ -49,6 +54,7 @@ from agentjax.rollout.collect import CollectConfig
 from agentjax.train.config import CREDIT_METHODS, TrainConfig
 
 QWEN_TOKENIZER_SIZE = 151_665  # ids 0..151_664 of the Qwen2.5 tokenizer (BPE + added tokens)
+WORDS_PREFIX = "words:"  # RunConfig.tokenizer = "words:<env>": a word-level tokenizer of the env (train/tokenizers.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +111,9 @@ ENVS: Mapping[str, EnvSpec] = types.MappingProxyType({
     "textworld_sync": EnvSpec("textworld_sync", "envs.textworld_sync.env", "TextWorldSyncEnv", "train", "test",
                               collect_preset(max_steps=200, max_prompt_tokens=2048, max_allowed=32),
                               "$AGENTJAX_DATA/textworld_sync (SERA's released files: training/, validation/, eval/)"),
+    "mdp": EnvSpec("mdp", "envs.mdp.env", "MDPEnv", "train", "valid",
+                   collect_preset(max_steps=14, max_prompt_tokens=512, sample_seeds=True),
+                   "nothing (the MDPs are generated from the seed and the setting)"),
 })
 
 
@@ -208,7 +217,8 @@ class RunConfig:
       keep_checkpoints: the newest N checkpoints are kept.
       out_dir: metrics.jsonl, tb/, checkpoints/, run_config.json, initial_policy.json.
       workers: env worker processes (0: a SerialPool in this process).
-      tokenizer: a tokenizer folder (None: the offline Qwen2.5 tokenizer).
+      tokenizer: a tokenizer folder, ``"words:<env>"`` (a word-level tokenizer of the env's words and templates:
+        :mod:`agentjax.train.tokenizers`), or None (the offline Qwen2.5 tokenizer).
       warm_start: supervised warm start on oracle demonstrations (None: off).
       mesh: ``(fsdp, tp)`` device mesh for the model (None: one device).
       require_pretrained: refuse to start without ``train.model.checkpoint`` (the paper presets).
@@ -471,7 +481,12 @@ class RunConfig:
         if ckpt is not None and not os.path.isfile(os.path.join(ckpt, "config.json")):
             raise FileNotFoundError(f"train.model.checkpoint={ckpt!r} has no config.json; point it at a Hugging Face "
                                     "checkpoint folder")
-        if self.tokenizer is not None and not os.path.isdir(self.tokenizer):
+        if self.tokenizer is not None and self.tokenizer.startswith(WORDS_PREFIX):
+            env = self.tokenizer.removeprefix(WORDS_PREFIX)
+            if env not in ENVS or not hasattr(ENVS[env].env_class(), "vocabulary"):
+                raise ValueError(f"RunConfig.tokenizer={self.tokenizer!r}: a word tokenizer needs an env with a "
+                                 f"vocabulary() (e.g. 'words:mdp'), not {env!r}")
+        elif self.tokenizer is not None and not os.path.isdir(self.tokenizer):
             raise FileNotFoundError(f"RunConfig.tokenizer={self.tokenizer!r} is not a folder")
         if self.tokenizer is None and self.train.model.arch.vocab_size < QWEN_TOKENIZER_SIZE:
             raise ValueError(f"the model's vocabulary ({self.train.model.arch.vocab_size}) is smaller than the Qwen "
@@ -545,5 +560,5 @@ def config_hash(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-__all__ = ["ENVS", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "TreeConfig", "WarmStart", "collect_preset",
-           "config_hash", "full_capacity", "run_from_dict"]
+__all__ = ["ENVS", "WORDS_PREFIX", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "TreeConfig", "WarmStart",
+           "collect_preset", "config_hash", "full_capacity", "run_from_dict"]

@@ -13,7 +13,7 @@ protocol, deterministic given the task, no data.
 Both show the observation alone in the prompt (:data:`BANDIT_TEMPLATE`, :data:`CHAIN_TEMPLATE`: a one-line system
 message, no history; the constrained decoder gives the reply format and the admissible actions), and replies are
 scored by :func:`agentjax.agents.project_action`. :func:`corpus` lists every text they show, for a small
-tokenizer (tests/train/word_tokenizer.py).
+tokenizer (agentjax/models/word_tokenizer.py).
 """
 
 from __future__ import annotations

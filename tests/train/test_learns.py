@@ -5,10 +5,10 @@ random-init Qwen2, constrained decoding over the admissible actions with the log
 constrained choices, as the ``tiny`` preset) → ``compute_advantages`` → ``make_update`` (the ``tiny`` preset's loss;
 AdamW at the test's own learning rate 1e-3, 4 mini-batches per update) → evaluation on the held-out split (16 tasks
 × 4 seeds, sampled at temperature 1). What is plugged in, for the duration of a run only: the test envs
-(:mod:`tests.train.learn_envs`) in ``runconfig.ENVS``, their prompt template and projection as the loop's
-``run_episodes`` arguments (``template=``, ``projector=``), and a word-level tokenizer of 39 tokens
-(:mod:`tests.train.word_tokenizer`; ``load_tokenizer`` only takes Qwen's, whose 151,936-row vocabulary makes every
-decode step cost ~0.1 s on this CPU) loaded from the run's tokenizer folder.
+(:mod:`tests.train.learn_envs`) in ``runconfig.ENVS``, and their prompt template and projection as the loop's
+``run_episodes`` arguments (``template=``, ``projector=``). The runs use a word-level tokenizer of 39 tokens
+(:mod:`agentjax.models.word_tokenizer`; Qwen's 151,936-row vocabulary makes every decode step cost ~0.1 s on this
+CPU), saved to a folder that the run's ``tokenizer`` names (the loop loads a word tokenizer folder as it is).
 
 - Contextual bandit (the observation names which of 4 actions pays): GRPO goes from chance (≈ 0.25) to ≥ 0.9
   success on fresh episodes in 20 updates of 64 episodes.
@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import pytest
 
 from agentjax.agents import project_action
+from agentjax.models.word_tokenizer import ENDOFTEXT, IM_END, load_word_tokenizer, word_tokenizer
 from agentjax.rollout.collect import CollectConfig
 from agentjax.train import eval as eval_module
 from agentjax.train import loop, presets, runconfig
@@ -45,7 +46,6 @@ from agentjax.train.config import ModelConfig
 from agentjax.train.metrics import read_metrics
 from agentjax.train.runconfig import EnvSpec, RunConfig
 from tests.train.learn_envs import BANDIT_TEMPLATE, CHAIN_LENGTH, CHAIN_TEMPLATE, CueBandit, CueChain, corpus
-from tests.train.word_tokenizer import ENDOFTEXT, IM_END, load_word_tokenizer, word_tokenizer
 
 METHODS = ("grpo", "rloo", "ppo", "gigpo", "hgpo", "graphgpo", "crbc")
 FAST_METHODS = ("grpo", "crbc")  # for CI time, the chain of the others is `make test-slow`'s (README, "Tests")
@@ -72,16 +72,14 @@ def tokenizer_dir(tmp_path_factory) -> str:
 
 @contextlib.contextmanager
 def registered(env: str):
-    """``env`` known to the trainer: its spec in ``runconfig.ENVS`` (a read-only mapping, so replaced whole); its
+    """``env`` known to the trainer: its spec in ``runconfig.ENVS`` (a read-only mapping, so replaced whole), and its
     prompt template and projection passed to every ``run_episodes`` call of the loop and its
-    evaluation (their ``template=`` / ``projector=`` arguments, for envs outside the built-in tables); and the
-    run's tokenizer folder loaded as it is (``load_tokenizer`` accepts Qwen tokenizers only)."""
+    evaluation (their ``template=`` / ``projector=`` arguments, for envs outside the built-in tables)."""
     plug = dict(template=TEMPLATES[env], projector=project_action)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runconfig, "ENVS", types.MappingProxyType(dict(runconfig.ENVS) | SPECS))
         mp.setattr(loop, "run_episodes", functools.partial(loop.run_episodes, **plug))
         mp.setattr(eval_module, "run_episodes", functools.partial(eval_module.run_episodes, **plug))
-        mp.setattr(loop, "load_tokenizer", load_word_tokenizer)
         yield mp
 
 

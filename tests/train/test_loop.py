@@ -155,6 +155,15 @@ def test_refusals_before_any_work(uninterrupted, tmp_path):
         run.replace(env="minecraft")
 
 
+def test_a_checkpoint_without_a_newer_field_resumes_at_its_default(tmp_path):
+    run = small_run(tmp_path)
+    saved = run.to_dict()
+    del saved["collect"]["sample_seeds"]  # written before CollectConfig had the field
+    loop._check_resumable(run, saved, "ckpt")
+    with pytest.raises(ValueError, match="cannot resume.*collect.sample_seeds"):
+        loop._check_resumable(run.replace(collect=run.collect.replace(sample_seeds=True)), saved, "ckpt")
+
+
 def test_task_stream_visits_every_task_once_per_epoch():
     stream = [i for p in range(5) for i in loop.task_stream(10, 3, p, 4)]  # 20 draws = 2 epochs of 10
     assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:20]) == list(range(10))
