@@ -25,7 +25,7 @@ not match the devices, a missing checkpoint folder are one-line errors (exit sta
 validation and prints the config as JSON.
 
 ``--env mdp`` trains on the credit-testbed MDPs (envs/mdp): the setting is ``--env-kwargs setting s1|s2|s3`` (the
-tiny preset: s2, a pool of 8 MDPs, ``--max-steps`` at least the setting's step cap: s1 34, s3 20), its tiny preset
+tiny preset: s2, a pool of 4 MDPs, ``--max-steps`` at least the setting's step cap: s1 34, s3 20), its tiny preset
 a word-level tokenizer (``--tokenizer words:mdp``) and a small policy from random init, and every evaluation also
 logs the exact success (``exact/``) and the batch's credit accuracy (``credit/pearson``, ``credit/sign_agreement``:
 :mod:`agentjax.train.exact`).

@@ -83,7 +83,8 @@ def test_tiny_dry_run_for_every_env(capsys, env):
     if env == "mdp":  # a word-level tokenizer and a small policy from random init, its own sizes
         assert config["warm_start"] is None and config["tokenizer"] == "words:mdp" and co["sample_seeds"]
         assert config["train"]["model"]["arch"]["vocab_size"] == 256 and co["sampling"]["stop_token_ids"] == [2, 0]
-        assert config["env_kwargs"] == {"setting": "s2"} and ro["num_groups"] == 8 and ro["max_steps"] == 14
+        assert config["env_kwargs"] == {"setting": "s2"} and ro["num_groups"] == 4 == config["train_pool"]
+        assert ro["max_steps"] == 14 and config["eval_split"] == "train"  # the pool is evaluated (presets.py)
         assert ro["capacity"] % (config["train"]["mini_batches"] * config["train"]["micro_batch_size"]) == 0
         return
     assert config["warm_start"] is not None and config["tokenizer"] is None  # every other env has an oracle

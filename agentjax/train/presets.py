@@ -35,7 +35,7 @@ steps of 32 turns at 2e-3, on the constrained choices: :mod:`agentjax.train.warm
 held-out agreement with the oracle; Sokoban: 4,000 episodes and 2,000 steps, :data:`TINY_WARM_STARTS`). The RL step
 was chosen on Sokoban only (:data:`TINY_LEARNING_RATES`; ``experiments/crbc/README.md``). Every env has an oracle, so
 every tiny preset warm-starts, except the credit-testbed MDPs' (``--env mdp``): a word-level tokenizer and a 256-row
-policy from random init, AdamW at 5e-3, on a pool of 8 s2 MDPs, 60 updates of 8 groups, evaluated every 10 with
+policy from random init, AdamW at 5e-3, on a pool of 4 s2 MDPs, 60 updates of 4 groups, evaluated every 10 with
 the exact success and the batch's credit accuracy (:data:`TINY_WORD_ENVS`, :mod:`agentjax.train.exact`).
 TextWorld's warm start plays all 300 train games, which are generated on first use (``$TEXTWORLD_GAMES``;
 ``python -m envs.textworld.generate --split train --split valid`` makes them ahead).
@@ -96,7 +96,7 @@ TINY_RESPONSE_LENS = {"sokoban": 10, "alfworld": 48, "webshop": 96, "textcraft":
 # Sizes of the tiny preset where they differ from 4 groups, 10 updates, 24 eval tasks: Sokoban trains on 16 rooms a
 # batch (8 rooms an update moved the policy in no consistent direction) and evaluates on 64 valid rooms x 2 seeds =
 # 128 episodes.
-TINY_GROUPS = {"sokoban": 16, "mdp": 8}
+TINY_GROUPS = {"sokoban": 16, "mdp": 4}
 TINY_UPDATES = {"sokoban": 20, "mdp": 60}
 # RL step of the tiny preset (AdamW learning rate, optimizer steps per update) where it differs from 2e-3 and 4:
 # Sokoban's, chosen from its warm start with GRPO / GiGPO among five steps (experiments/crbc/probe.py and
@@ -124,15 +124,15 @@ PAPER_EVAL_TASKS = {"alfworld": 134, "webshop": 128, "sokoban": 128, "textcraft"
 # The tiny preset of the envs with a word vocabulary (the credit-testbed MDPs, envs/mdp): a word-level tokenizer
 # ("words:<env>", agentjax.train.tokenizers: 235 tokens for mdp), a policy with 256 vocabulary rows
 # (tiny_word_arch), random init (no warm start: what it learns, the RL signal taught it), AdamW at 5e-3, micro-batches
-# of TINY_WORD_MICRO_BATCH rows (8 x 8 x 14 = 896 rows: 4 mini-batches of 4 micro-batches of 56), s2 (the
+# of TINY_WORD_MICRO_BATCH rows (4 x 8 x 14 = 448 rows: 4 mini-batches of 2 micro-batches of 56), s2 (the
 # pre-registered setting with converging paths and slips). An MDP's room numbers and labels carry nothing that another
 # MDP shares (envs/mdp/text.py), so a policy learns each MDP's table and cannot generalise to unseen seeds: the run
-# trains on a pool of the first 8 train MDPs (one group each per batch) and evaluates on them (TINY_WORD_RUN:
+# trains on a pool of the first 4 train MDPs (one group each per batch) and evaluates on them (TINY_WORD_RUN:
 # RunConfig.train_pool, eval_split; the tiny CRBC experiment's pool setting), 16 sampled episodes each every 10
 # updates, with the exact success and the batch's credit accuracy (agentjax.train.exact).
 TINY_WORD_ENVS = frozenset({"mdp"})
 TINY_WORD_MICRO_BATCH = 56
-TINY_WORD_RUN = dict(train_pool=8, eval_split="train", eval_tasks=8, eval_seeds=16, eval_every=10, checkpoint_every=20)
+TINY_WORD_RUN = dict(train_pool=4, eval_split="train", eval_tasks=4, eval_seeds=16, eval_every=10, checkpoint_every=20)
 
 
 def paper_credit(method: str, env: str, **params: Any):
