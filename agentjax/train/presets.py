@@ -129,10 +129,8 @@ PAPER_EVAL_TASKS = {"alfworld": 134, "webshop": 128, "sokoban": 128, "textcraft"
 # MDP shares (envs/mdp/text.py), so a policy learns each MDP's table and cannot generalise to unseen seeds: the run
 # trains on a pool of the first 4 train MDPs (one group each per batch) and evaluates on them (TINY_WORD_RUN:
 # RunConfig.train_pool, eval_split; the tiny CRBC experiment's pool setting), 16 sampled episodes each every 10
-# updates, with the exact success and the batch's credit accuracy (agentjax.train.exact). Cost on the shared 2-core
-# machine (load average 7-11): 0.65-0.70 s an update (median; collection ~0.3 s, the update ~0.3 s), ~25 s to compile
-# the first, ~1 s an evaluation and ~0.6 s its credit accuracy; `agentjax train --method grpo --env mdp --preset
-# tiny` took 107 s of wall time and raised the pool's exact success from 0.50 to 0.82 (CRBC: 0.83; optimum 0.92).
+# updates, with the exact success and the batch's credit accuracy (agentjax.train.exact). The sizes are chosen so a
+# run takes minutes on a laptop CPU.
 TINY_WORD_ENVS = frozenset({"mdp"})
 TINY_WORD_MICRO_BATCH = 56
 TINY_WORD_RUN = dict(train_pool=4, eval_split="train", eval_tasks=4, eval_seeds=16, eval_every=10, checkpoint_every=20)
