@@ -5,6 +5,7 @@ jaxtyping's runtime checks are switched on for the whole ``agentjax`` package by
 is imported, so it cannot live here).
 """
 
+import gc
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -48,3 +49,27 @@ def optimised_xla():
     jax.config.update("jax_disable_most_optimizations", False)
     yield
     jax.config.update("jax_disable_most_optimizations", before)
+
+
+def free_executables() -> None:
+    """Drop every compiled program JAX holds in memory (its jit caches) and collect them.
+
+    XLA:CPU maps each loaded executable's machine code into anonymous memory regions of its own (about 26 for a
+    program of some 60 small kernels), and JAX keeps every executable a process compiled or loaded in its in-memory
+    caches. One pytest process running the slow suite piled them up to Linux's per-process limit on memory maps
+    (vm.max_map_count, 65,530 by default): `pytest -m slow tests/train tests/models tests/notebooks/...` reached
+    56,000 maps in 7 minutes, ~5,000 a minute; the whole suite runs more before tests/train. Then an mmap inside
+    XLA fails and the interpreter dies in native code wherever it next loads or writes an executable: a segfault
+    in the persistent cache's write (`put_executable_and_time`) or read (`get_executable_and_time`, also an
+    abort), late in `make test-slow` (tests/train/test_tree_presets.py, test_tree_update.py), never in a test run
+    alone. ``jax.clear_caches()`` releases the maps (40 programs: 1,548 maps -> 513); a later module that needs a
+    program again reads it from the persistent compilation cache."""
+    jax.clear_caches()
+    gc.collect()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_executables_after_module():
+    """After each test module (its module fixtures torn down first): :func:`free_executables`."""
+    yield
+    free_executables()
