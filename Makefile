@@ -54,9 +54,10 @@ TEST_WORKERS ?= auto
 test: $(STAMP) alfworld-data
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
-# The end-to-end checks of minutes and the heaviest duplicates (pytest -m slow; README): beyond CI's budget, run by hand.
+# The end-to-end checks of minutes and the heaviest duplicates (pytest -m slow; README), on the same workers; CI runs
+# them after `make test`.
 test-slow: $(STAMP) alfworld-data
-	$(PY) -m pytest -m slow
+	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile
 
 # About 8-14 minutes on 2 cores: the tiny Sokoban preset's shared warm start (4,000 oracle episodes, then 2,000
 # supervised steps; cached in experiments/crbc/results/warmstart/), then the pool setting's 16 GiGPO updates of seed 0
