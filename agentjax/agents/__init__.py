@@ -15,6 +15,7 @@ from agentjax.agents.judge import (
 from agentjax.agents.projection import (
     FALLBACK_CHARS,
     INVALID_PENALTY,
+    MAX_ACTION_CHARS,
     SOKOBAN_ACTIONS,
     Projected,
     Reason,
@@ -62,6 +63,7 @@ __all__ = [
     "ALFWORLD",
     "FALLBACK_CHARS",
     "INVALID_PENALTY",
+    "MAX_ACTION_CHARS",
     "SOKOBAN",
     "SOKOBAN_ACTIONS",
     "TEMPLATES",

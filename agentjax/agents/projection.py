@@ -10,8 +10,9 @@ After verl-agent's ``env_package/*/projection.py`` (``alfworld_projection``, ``s
 4. (``require_think``) exactly one ``<think>`` and one ``</think>``, in that order, closed before the action
    block opens: else ``missing_think`` (a tag absent) or ``malformed_think``;
 5. no Chinese character (CJK U+4E00–U+9FFF, verl-agent's range) anywhere in the reply: else ``chinese``;
-6. the environment's command grammar (Sokoban, WebShop, TextCraft only): else ``bad_format``;
-7. (``require_admissible``, when a list is given) the action is one of the admissible actions: else
+6. the normalised action has at most :data:`MAX_ACTION_CHARS` characters: else ``too_long``;
+7. the environment's command grammar (Sokoban, WebShop, TextCraft only): else ``bad_format``;
+8. (``require_admissible``, when a list is given) the action is one of the admissible actions: else
    ``not_admissible``.
 
 The action is the content of the **last** complete block (with one block, the only one; with several, the last is
@@ -22,13 +23,16 @@ admissible action up to case and whitespace, the admissible spelling is returned
 An invalid reply never raises. It is still sent to the environment, as verl-agent does: the extracted action
 when there is a block (the env executes it or answers that nothing happens), else the normalised last
 :data:`FALLBACK_CHARS` characters of the reply (verl-agent ALFWorld: ``actions[i][-30:]``), which no environment
-executes. The step is charged :data:`INVALID_PENALTY` by the trainer (METHODS.md), from ``Projected.valid``.
+executes. An action longer than :data:`MAX_ACTION_CHARS` (whatever else is wrong with the reply) is sent as its
+first :data:`FALLBACK_CHARS` characters, so that what the model writes reaches the environment, and through the
+history the next prompts, bounded (TextCraft echoes a command it cannot execute). The step is charged
+:data:`INVALID_PENALTY` by the trainer (METHODS.md), from ``Projected.valid``.
 
 Deviations from verl-agent, on purpose: it takes the first ``<action>`` / first ``</action>`` and counts a
 reply with several blocks, an empty block, or think tags in any order or number as valid; here those are
 invalid. Its Sokoban projection matches the first of up/down/left/right/still as a substring; here exactly one
 direction word must appear. Its WebShop projection accepts any block; here it must read ``search[...]`` or
-``click[...]``.
+``click[...]``. It has no length limit on an action.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from typing import Literal
 
 INVALID_PENALTY = 0.1  # subtracted from the reward of a step whose reply is invalid (METHODS.md)
 FALLBACK_CHARS = 30  # how much of the reply's tail is sent to the env when there is no action block
+# Longer actions are invalid (``too_long``); the longest admissible actions of any env (TextCraft-Synth crafts with
+# several ingredients) are a fraction of it.
+MAX_ACTION_CHARS = 512
 
 Reason = Literal[
     "ok",
@@ -50,6 +57,7 @@ Reason = Literal[
     "missing_think",
     "malformed_think",
     "chinese",
+    "too_long",
     "bad_format",
     "not_admissible",
 ]
@@ -126,8 +134,15 @@ def _match(action: str, admissible: Sequence[str] | None) -> str | None:
     return next((a for a in admissible if _key(a) == key), None)
 
 
+def _bounded(action: str, reason: Reason) -> tuple[str, Reason]:
+    """Check 6: an action over :data:`MAX_ACTION_CHARS` characters is cut to its first :data:`FALLBACK_CHARS`."""
+    if len(action) <= MAX_ACTION_CHARS:
+        return action, reason
+    return action[:FALLBACK_CHARS].strip(), "too_long" if reason == "ok" else reason
+
+
 def _finish(action: str, reason: Reason, admissible: Sequence[str] | None, require_admissible: bool) -> Projected:
-    """Canonicalises ``action`` against ``admissible`` and applies check 7."""
+    """Canonicalises ``action`` against ``admissible`` and applies check 8."""
     canonical = _match(action, admissible)
     if canonical is not None:
         action = canonical
@@ -144,14 +159,14 @@ def project_action(
     require_admissible: bool = False,
     lowercase: bool = True,
 ) -> Projected:
-    """The generic projection (ALFWorld, TextWorld): checks 1-5 and 7 of the module docstring.
+    """The generic projection (ALFWorld, TextWorld): checks 1-6 and 8 of the module docstring.
 
     Args:
       text: the model's reply (response tokens decoded, without the chat template's end-of-turn token).
       admissible: the environment's admissible actions, or None; an action equal to one of them up to case and
         whitespace is returned in the list's spelling.
       require_think: check 4 (the ``<think> </think>`` block the prompts ask for).
-      require_admissible: check 7; ignored when ``admissible`` is None.
+      require_admissible: check 8; ignored when ``admissible`` is None.
       lowercase: lower-case the action (verl-agent does for ALFWorld).
 
     Returns: :class:`Projected`; never raises.
@@ -159,7 +174,8 @@ def project_action(
     parsed = _parse(text, require_think=require_think)
     if parsed.content is None:
         return Projected(action=_fallback(text, lowercase=lowercase), valid=False, reason=parsed.reason)
-    return _finish(normalize(parsed.content, lowercase=lowercase), parsed.reason, admissible, require_admissible)
+    action, reason = _bounded(normalize(parsed.content, lowercase=lowercase), parsed.reason)
+    return _finish(action, reason, admissible, require_admissible)
 
 
 def project_sokoban(text: str, admissible: Sequence[str] | None = None, *, require_think: bool = True) -> Projected:
@@ -173,9 +189,8 @@ def project_sokoban(text: str, admissible: Sequence[str] | None = None, *, requi
     parsed = _parse(text, require_think=require_think)
     if parsed.content is None:
         return Projected(action=_fallback(text, lowercase=True), valid=False, reason=parsed.reason)
-    action = normalize(parsed.content)
+    action, reason = _bounded(normalize(parsed.content), parsed.reason)
     directions = {w for w in re.findall(r"[a-z]+", action) if w in SOKOBAN_ACTIONS}
-    reason = parsed.reason
     if len(directions) == 1:
         action = directions.pop()
     elif reason == "ok":
@@ -198,8 +213,7 @@ def project_webshop(
     parsed = _parse(text, require_think=require_think)
     if parsed.content is None:
         return Projected(action=_fallback(text, lowercase=True), valid=False, reason=parsed.reason)
-    action = normalize(parsed.content)
-    reason = parsed.reason
+    action, reason = _bounded(normalize(parsed.content), parsed.reason)
     match = _WEBSHOP.fullmatch(action)
     if match is None or not match.group(2).strip():
         return Projected(action=action, valid=False, reason=reason if reason != "ok" else "bad_format")
@@ -232,8 +246,7 @@ def project_textcraft(
     parsed = _parse(text, require_think=require_think)
     if parsed.content is None:
         return Projected(action=_fallback(text, lowercase=True), valid=False, reason=parsed.reason)
-    action = normalize(parsed.content)
-    reason = parsed.reason
+    action, reason = _bounded(normalize(parsed.content), parsed.reason)
     if reason == "ok" and _TEXTCRAFT.fullmatch(action) is None:
         reason = "bad_format"
     return _finish(action, reason, admissible, require_admissible)

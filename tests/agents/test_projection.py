@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 from agentjax.agents import (
     FALLBACK_CHARS,
     INVALID_PENALTY,
+    MAX_ACTION_CHARS,
     Projected,
     normalize,
     project_action,
@@ -161,6 +162,22 @@ def test_textcraft_commands():
         assert p == Projected(normalize(bad), False, "bad_format"), bad
 
 
+@pytest.mark.parametrize("project", PROJECTIONS)
+def test_an_action_over_the_limit_is_invalid_and_sent_cut(project):
+    """A block of 10,000 characters (here a valid command repeated, with one direction word) is ``too_long``: the
+    env gets its first FALLBACK_CHARS characters; a structural failure keeps its own reason, the action is still
+    cut; an action of exactly the limit is judged as usual."""
+    long = "get 1 stick " + "x" * 10_000 + " up"
+    p = project(reply(long))
+    assert p.valid is False and p.reason == "too_long" and len(p.action) <= FALLBACK_CHARS
+    assert long.startswith(p.action) or project is project_sokoban  # sokoban: no direction in the first 30 chars
+    p = project(f"<action>{long}</action>")
+    assert p.reason == "missing_think" and len(p.action) <= FALLBACK_CHARS
+    fits = "get " + "a" * (MAX_ACTION_CHARS - 4)
+    assert project_textcraft(reply(fits)) == Projected(fits, True, "ok")
+    assert project_textcraft(reply(fits + "a")).reason == "too_long"
+
+
 _PIECES = st.sampled_from(
     ["<think>", "</think>", "<action>", "</action>", "<ACTION>", "</Think>", "up", "left", "search[", "click[", "]",
      "get 1 ", "craft", " using ", "inventory", "中", " ", "\n", "go to countertop 1", "<", ">", "/"]
@@ -176,7 +193,7 @@ def test_projection_never_raises(text, require_think, require_admissible):
         if project is not project_sokoban:
             kwargs["require_admissible"] = require_admissible
         p = project(text, ADMISSIBLE, **kwargs)
-        assert isinstance(p.action, str)
+        assert isinstance(p.action, str) and len(p.action) <= MAX_ACTION_CHARS
         assert p.valid == (p.reason == "ok")
         if "<action>" not in text.lower():
             assert p.valid is False and p.reason == "no_action"
@@ -192,5 +209,7 @@ def test_any_tagged_action_round_trips(action):
         assert p.reason == "empty_action"
     elif any("\u4e00" <= c <= "\u9fff" for c in action):
         assert p.reason == "chinese"
+    elif len(normalize(action)) > MAX_ACTION_CHARS:
+        assert p.reason == "too_long"
     else:
         assert p == Projected(normalize(action), True, "ok")
