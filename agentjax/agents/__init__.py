@@ -15,7 +15,7 @@ from agentjax.agents.judge import (
 from agentjax.agents.projection import (
     FALLBACK_CHARS,
     INVALID_PENALTY,
-    MAX_ACTION_CHARS,
+    MAX_ACTION_BYTES,
     SOKOBAN_ACTIONS,
     Projected,
     Reason,
@@ -63,7 +63,7 @@ __all__ = [
     "ALFWORLD",
     "FALLBACK_CHARS",
     "INVALID_PENALTY",
-    "MAX_ACTION_CHARS",
+    "MAX_ACTION_BYTES",
     "SOKOBAN",
     "SOKOBAN_ACTIONS",
     "TEMPLATES",

@@ -10,7 +10,7 @@ After verl-agent's ``env_package/*/projection.py`` (``alfworld_projection``, ``s
 4. (``require_think``) exactly one ``<think>`` and one ``</think>``, in that order, closed before the action
    block opens: else ``missing_think`` (a tag absent) or ``malformed_think``;
 5. no Chinese character (CJK U+4E00–U+9FFF, verl-agent's range) anywhere in the reply: else ``chinese``;
-6. the normalised action has at most :data:`MAX_ACTION_CHARS` characters: else ``too_long``;
+6. the normalised action has at most :data:`MAX_ACTION_BYTES` bytes in UTF-8: else ``too_long``;
 7. the environment's command grammar (Sokoban, WebShop, TextCraft only): else ``bad_format``;
 8. (``require_admissible``, when a list is given) the action is one of the admissible actions: else
    ``not_admissible``.
@@ -23,9 +23,10 @@ admissible action up to case and whitespace, the admissible spelling is returned
 An invalid reply never raises. It is still sent to the environment, as verl-agent does: the extracted action
 when there is a block (the env executes it or answers that nothing happens), else the normalised last
 :data:`FALLBACK_CHARS` characters of the reply (verl-agent ALFWorld: ``actions[i][-30:]``), which no environment
-executes. An action longer than :data:`MAX_ACTION_CHARS` (whatever else is wrong with the reply) is sent as its
+executes. An action longer than :data:`MAX_ACTION_BYTES` (whatever else is wrong with the reply) is sent as its
 first :data:`FALLBACK_CHARS` characters, so that what the model writes reaches the environment, and through the
-history the next prompts, bounded (TextCraft echoes a command it cannot execute). The step is charged
+history the next prompts, bounded: a byte-level BPE tokenizer never needs more tokens than bytes, and TextCraft
+echoes a command it cannot execute. The step is charged
 :data:`INVALID_PENALTY` by the trainer (METHODS.md), from ``Projected.valid``.
 
 Deviations from verl-agent, on purpose: it takes the first ``<action>`` / first ``</action>`` and counts a
@@ -44,9 +45,9 @@ from typing import Literal
 
 INVALID_PENALTY = 0.1  # subtracted from the reward of a step whose reply is invalid (METHODS.md)
 FALLBACK_CHARS = 30  # how much of the reply's tail is sent to the env when there is no action block
-# Longer actions are invalid (``too_long``); the longest admissible actions of any env (TextCraft-Synth crafts with
-# several ingredients) are a fraction of it.
-MAX_ACTION_CHARS = 512
+# Longer actions (UTF-8 bytes) are invalid (``too_long``); the longest admissible actions of any env (TextCraft-Synth
+# crafts with several ingredients) are a fraction of it.
+MAX_ACTION_BYTES = 512
 
 Reason = Literal[
     "ok",
@@ -135,8 +136,8 @@ def _match(action: str, admissible: Sequence[str] | None) -> str | None:
 
 
 def _bounded(action: str, reason: Reason) -> tuple[str, Reason]:
-    """Check 6: an action over :data:`MAX_ACTION_CHARS` characters is cut to its first :data:`FALLBACK_CHARS`."""
-    if len(action) <= MAX_ACTION_CHARS:
+    """Check 6: an action over :data:`MAX_ACTION_BYTES` bytes is cut to its first :data:`FALLBACK_CHARS` characters."""
+    if len(action.encode("utf-8", "surrogatepass")) <= MAX_ACTION_BYTES:
         return action, reason
     return action[:FALLBACK_CHARS].strip(), "too_long" if reason == "ok" else reason
 

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from agentjax.agents import (
     FALLBACK_CHARS,
     INVALID_PENALTY,
-    MAX_ACTION_CHARS,
+    MAX_ACTION_BYTES,
     Projected,
     normalize,
     project_action,
@@ -173,9 +173,11 @@ def test_an_action_over_the_limit_is_invalid_and_sent_cut(project):
     assert long.startswith(p.action) or project is project_sokoban  # sokoban: no direction in the first 30 chars
     p = project(f"<action>{long}</action>")
     assert p.reason == "missing_think" and len(p.action) <= FALLBACK_CHARS
-    fits = "get " + "a" * (MAX_ACTION_CHARS - 4)
+    fits = "get " + "a" * (MAX_ACTION_BYTES - 4)
     assert project_textcraft(reply(fits)) == Projected(fits, True, "ok")
     assert project_textcraft(reply(fits + "a")).reason == "too_long"
+    wide = "get " + "\U0001f600" * ((MAX_ACTION_BYTES - 4) // 4 + 1)  # fewer characters than the limit, more bytes
+    assert len(wide) < MAX_ACTION_BYTES and project_textcraft(reply(wide)).reason == "too_long"
 
 
 _PIECES = st.sampled_from(
@@ -193,7 +195,7 @@ def test_projection_never_raises(text, require_think, require_admissible):
         if project is not project_sokoban:
             kwargs["require_admissible"] = require_admissible
         p = project(text, ADMISSIBLE, **kwargs)
-        assert isinstance(p.action, str) and len(p.action) <= MAX_ACTION_CHARS
+        assert isinstance(p.action, str) and len(p.action.encode("utf-8", "surrogatepass")) <= MAX_ACTION_BYTES
         assert p.valid == (p.reason == "ok")
         if "<action>" not in text.lower():
             assert p.valid is False and p.reason == "no_action"
@@ -209,7 +211,7 @@ def test_any_tagged_action_round_trips(action):
         assert p.reason == "empty_action"
     elif any("\u4e00" <= c <= "\u9fff" for c in action):
         assert p.reason == "chinese"
-    elif len(normalize(action)) > MAX_ACTION_CHARS:
+    elif len(normalize(action).encode("utf-8", "surrogatepass")) > MAX_ACTION_BYTES:
         assert p.reason == "too_long"
     else:
         assert p == Projected(normalize(action), True, "ok")
