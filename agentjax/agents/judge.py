@@ -30,6 +30,7 @@ import abc
 import concurrent.futures
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
@@ -39,6 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from agentjax.agents.prompts import encode_prompt
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +238,11 @@ class HTTPJudge(Judge):
     ``base_url``: e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended). The key is read from the
     environment variable ``api_key_env`` at each call (no header when it is unset); it never appears in errors or
     reasons. Token counts come from the response's ``usage`` (else about 4 characters per token).
+
+    Failures: a 429, a 5xx, a network error or a timeout (``timeout`` seconds per attempt) is retried ``retries``
+    times with a short backoff; another 4xx or a body that is not a chat completion is not. A request that still
+    fails, or an answer ``parse`` cannot read, is a failed verdict whose reason names the endpoint (and the attempts
+    and the last error), and each batch with failures logs one warning naming the endpoint.
     """
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", temperature: float = 0.0,
@@ -251,9 +259,15 @@ class HTTPJudge(Judge):
 
     def _judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
         if len(requests) == 1 or self.max_workers <= 1:
-            return [self._one(r) for r in requests]
-        with concurrent.futures.ThreadPoolExecutor(min(self.max_workers, len(requests))) as pool:
-            return list(pool.map(self._one, requests))
+            verdicts = [self._one(r) for r in requests]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(min(self.max_workers, len(requests))) as pool:
+                verdicts = list(pool.map(self._one, requests))
+        failed = [v for v in verdicts if not v.ok]
+        if failed:
+            log.warning("HTTP judge %s: %d of %d requests gave no verdict (e.g. %s)", self.url, len(failed),
+                        len(verdicts), failed[0].reason)
+        return verdicts
 
     def _one(self, request: JudgeRequest) -> Verdict:
         messages = self.messages(request)
@@ -262,8 +276,9 @@ class HTTPJudge(Judge):
         if key := os.environ.get(self.api_key_env, "").strip():
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(payload).encode("utf-8")
-        error = "no attempt"
+        error, attempts = "no attempt", 0
         for attempt in range(self.retries + 1):
+            attempts += 1
             self.metrics.add(calls=1)
             try:
                 req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
@@ -274,7 +289,9 @@ class HTTPJudge(Judge):
                 chars = sum(len(m["content"]) for m in messages)
                 self.metrics.add(input_tokens=usage.get("prompt_tokens", chars // 4),
                                  output_tokens=usage.get("completion_tokens", len(text or "") // 4))
-                return self.parse(text if isinstance(text, str) else "")
+                verdict = self.parse(text if isinstance(text, str) else "")
+                return verdict if verdict.ok else Verdict(False, False, f"{self.url} answered no verdict: "
+                                                                        f"{verdict.reason}")
             except urllib.error.HTTPError as exc:
                 error = f"HTTP {exc.code}"
                 exc.close()
@@ -287,7 +304,7 @@ class HTTPJudge(Judge):
                 break
             if attempt < self.retries:
                 time.sleep(min(0.1 * 2**attempt, 2.0))
-        return Verdict(False, False, f"judge request failed: {error}")
+        return Verdict(False, False, f"judge request to {self.url} failed after {attempts} attempt(s): {error}")
 
 
 __all__ = [

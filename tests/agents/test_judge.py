@@ -12,6 +12,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -157,6 +158,8 @@ class Stub(http.server.BaseHTTPRequestHandler):
         Stub.seen.append((self.path, self.headers.get("Authorization"), body))
         if "teapot" in user:
             return self._send(418, {"error": "no"})
+        if "sleepy" in user:  # past the client's timeout: it has hung up, nothing to answer
+            return time.sleep(1.0)
         if "flaky" in user and Stub.flaky.setdefault(user, 0) < 1:
             Stub.flaky[user] += 1
             return self._send(503, {"error": "busy"})
@@ -194,7 +197,9 @@ def test_http_judge_against_a_local_stub(server, monkeypatch):
                       request("apple flaky"), request("apple garbled"), request("apple teapot")])
     assert [(v.success, v.ok) for v in verdicts] == [(True, True), (False, True), (False, True), (True, True),
                                                      (False, False), (False, False)]
-    assert verdicts[5].reason == "judge request failed: HTTP 418" and "sk-secret" not in str(verdicts)
+    url = f"{server}/chat/completions"
+    assert verdicts[5].reason == f"judge request to {url} failed after 1 attempt(s): HTTP 418"
+    assert verdicts[4].reason.startswith(f"{url} answered no verdict") and "sk-secret" not in str(verdicts)
     paths = {p for p, _, _ in Stub.seen}
     assert paths == {"/v1/chat/completions"} and {a for _, a, _ in Stub.seen} == {"Bearer sk-secret"}
     body = Stub.seen[0][2]
@@ -211,7 +216,20 @@ def test_http_judge_unreachable_endpoint_fails_softly():
         port = s.getsockname()[1]  # closed again: nothing listens there
     judge = HTTPJudge(f"http://127.0.0.1:{port}/v1", "m", retries=1, timeout=2.0)
     (verdict,) = judge([request("apple")])
-    assert not verdict.ok and verdict.reason.startswith("judge request failed")
+    assert not verdict.ok and verdict.reason.startswith(f"judge request to http://127.0.0.1:{port}/v1/chat/completions "
+                                                        "failed after 2 attempt(s)")
     assert judge.metrics.calls == 2 and judge.metrics.failures == 1
     with pytest.raises(ValueError, match="http"):
         HTTPJudge("file:///etc/passwd", "m")
+
+
+def test_http_judge_slow_endpoint_times_out_each_attempt_and_names_it(server, caplog):
+    """An endpoint slower than ``timeout``: every attempt times out, the call takes about (retries + 1) timeouts,
+    and the failed verdict and the logged warning name the endpoint."""
+    judge = HTTPJudge(server, "m", retries=1, timeout=0.2)
+    t0 = time.perf_counter()
+    (verdict,) = judge([request("apple sleepy")])
+    assert time.perf_counter() - t0 < 1.0 and judge.metrics.calls == 2
+    assert not verdict.ok and verdict.reason == (f"judge request to {server}/chat/completions failed after 2 "
+                                                 "attempt(s): TimeoutError")
+    assert f"HTTP judge {server}/chat/completions: 1 of 1 requests gave no verdict" in caplog.text
