@@ -59,12 +59,12 @@ test: $(STAMP) alfworld-data
 test-slow: $(STAMP) alfworld-data
 	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile
 
-# About 8-14 minutes on 2 cores: the tiny Sokoban preset's shared warm start (4,000 oracle episodes, then 2,000
-# supervised steps; cached in experiments/crbc/results/warmstart/), then the pool setting's 16 GiGPO updates of seed 0
-# trained into experiments/crbc/results/runs/demo/ (a second `make demo` reuses it), a line per stage and per update,
-# and both eval curves' paired gains at the end (experiments/crbc/README.md, "make demo").
-demo: $(STAMP) alfworld-data
-	$(PY) experiments/crbc/run.py --demo
+# A few minutes on 2 cores: GRPO, GiGPO and CRBC from random init on the credit testbed's S2 (small text MDPs with a
+# known model), 3 seeds each, a line per evaluation, then the table of each method's exact-success gain ± SE, the
+# paired differences and the credit accuracy, the curves in experiments/credit_testbed/runs/demo/ and what it showed
+# (experiments/credit_testbed/README.md, "make demo"); a second `make demo` reports the finished runs.
+demo: $(STAMP)
+	$(PY) experiments/credit_testbed/demo.py
 
 # The benchmarks' extra references (gym-sokoban for experiments/bench/envs.py): the `bench` extra.
 $(VENV)/.installed-bench: pyproject.toml $(STAMP)

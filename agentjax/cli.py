@@ -24,8 +24,9 @@ flag, a value out of range, sizes that disagree, a micro-batch that does not div
 not match the devices, a missing checkpoint folder are one-line errors (exit status 2). ``--dry-run`` stops after
 validation and prints the config as JSON.
 
-``--env mdp`` trains on the credit-testbed MDPs (envs/mdp): the setting is ``--env-kwargs setting s1|s2|s3`` (the
-tiny preset: s2, a pool of 4 MDPs, ``--max-steps`` at least the setting's step cap: s1 34, s3 20), its tiny preset
+``--env mdp`` trains on the credit-testbed MDPs (envs/mdp): the setting is ``--env-kwargs.setting s1|s2|s3`` (the
+tiny preset: s2, a pool of 4 MDPs; the episode cap follows the setting's step cap, s1 34, s2 14, s3 20, unless
+``--max-steps`` is given: :func:`~agentjax.train.presets.env_step_cap`), its tiny preset
 a word-level tokenizer (``--tokenizer words:mdp``) and a small policy from random init, and every evaluation also
 logs the exact success (``exact/``) and the batch's credit accuracy (``credit/pearson``, ``credit/sign_agreement``:
 :mod:`agentjax.train.exact`).
@@ -171,7 +172,7 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
     """The validated ``RunConfig`` of ``agentjax train`` arguments (raises ``ValueError`` / ``SystemExit``)."""
     import tyro
 
-    from agentjax.train.presets import preset
+    from agentjax.train.presets import env_step_cap, preset
 
     parser = _Parser(prog=prog, add_help=False, description="train a policy")
     parser.add_argument("--method", required=True, choices=sorted(CREDIT_METHODS))
@@ -202,6 +203,8 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
         base = base.replace(warm_start=None)
     run = tyro.cli(RunConfig, default=base, args=rest, prog=f"{prog} --method {args.method} --env {args.env} "
                    f"--preset {args.preset}", config=(tyro.conf.AvoidSubcommands,))
+    if "max_steps" not in sizes and run.collect.max_steps == base.collect.max_steps:
+        run = env_step_cap(run)  # e.g. the mdp setting's own step cap (--env-kwargs.setting s1: 34)
     if run.train.credit.method != args.method:
         raise ValueError(f"--method {args.method} but the overrides made the credit method "
                          f"{run.train.credit.method!r}")

@@ -205,9 +205,13 @@ class ExactProbe:
         tasks = [rollouts.episodes[g * g_size].task for g in range(rollouts.num_groups)]
         evals = self.behaviour(params, tasks)
         exact, weight = exact_rows(rollouts, [self._rows(self.train_env, t).model for t in tasks], evals)
-        advantage = np.asarray(adv.advantage, np.float32)[:len(exact)]
-        acc = credit_accuracy(jnp.asarray(advantage), jnp.asarray(exact, jnp.float32),
-                              jnp.asarray(weight, jnp.float32))
+        advantage = np.asarray(adv.advantage, np.float32)
+        n = len(exact)  # the batch's real rows come first; the rest (padding, weight 0) keeps one shape per run
+        if n > len(advantage):
+            raise ValueError(f"exact: {n} turns but the batch's advantages have {len(advantage)} rows")
+        pad = len(advantage) - n
+        acc = credit_accuracy(jnp.asarray(advantage), jnp.asarray(np.pad(exact, (0, pad)), jnp.float32),
+                              jnp.asarray(np.pad(weight, (0, pad)), jnp.float32))
         return {"pearson": float(acc["pearson"]), "sign_agreement": float(acc["sign_agreement"]),
                 "exact_rows": float(weight.sum())}
 

@@ -44,6 +44,7 @@ TextWorld's warm start plays all 300 train games, which are generated on first u
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from agentjax.agents.compact import FULLY_OBSERVED
@@ -202,8 +203,29 @@ def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
                     warm_start=WarmStart(**(dict(episodes=1000, steps=1000, batch_size=32, learning_rate=2e-3)
                                             | TINY_WARM_STARTS.get(env, {}))))
     if words:
-        return run.replace(tokenizer=f"{WORDS_PREFIX}{env}", warm_start=None, **TINY_WORD_RUN)
+        return env_step_cap(run.replace(tokenizer=f"{WORDS_PREFIX}{env}", warm_start=None, **TINY_WORD_RUN))
     return run
+
+
+def env_step_cap(run: RunConfig) -> RunConfig:
+    """``run`` with its episode cap the env's own where the env's keyword arguments choose it (the mdp settings:
+    ``MDPEnv(**env_kwargs).max_steps``, s1 34, s2 14, s3 20); other envs unchanged. The batch grows or shrinks with
+    it (every turn fits) and keeps its micro-batches per mini-batch where they divide the new batch (the tiny mdp
+    preset: 4 mini-batches of 2 micro-batches), else the micro-batch size becomes a divisor of the new mini-batch."""
+    if run.env != "mdp" or run.tree is not None:
+        return run
+    cap = run.spec.env_class()(**run.env_kwargs).max_steps
+    if cap == run.collect.max_steps:
+        return run
+    ro, mini, micro = run.train.rollout, run.train.mini_batches, run.train.micro_batch_size
+    per_mini = max(ro.rows // (mini * micro), 1)
+    rows = full_capacity(dataclasses.replace(ro, max_steps=cap), run.tree)
+    if rows % (mini * per_mini):
+        mini = math.gcd(rows, mini)
+        per_mini = 1
+    new_micro = rows // (mini * per_mini)
+    return run.replace(train=run.train.replace(mini_batches=mini)).with_sizes(max_steps=cap,
+                                                                               micro_batch_size=new_micro)
 
 
 def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig:

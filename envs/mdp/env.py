@@ -3,7 +3,9 @@
 A task is a seed: ``reset(task)`` builds (or reuses) the MDP of ``(task.seed, env.config)`` and starts at its
 start state. The setting is an :class:`~envs.mdp.config.MDPConfig` (``MDPEnv(config)``) or the name of a
 pre-registered one (``MDPEnv(setting="s2")``, :mod:`envs.mdp.settings`; what the trainer's ``--env-kwargs``
-pass). ``Obs.text`` and ``Obs.anchor`` are both the state's observation (``"room 17. exits: north, ladder, blue
+pass). ``seed_offset`` shifts the family member a task plays: task seed ``k`` plays the MDP of seed
+``k + seed_offset``, so a run on the first N train tasks (``RunConfig.train_pool``) can play any N consecutive
+members of the setting's family (one set per training seed). ``Obs.text`` and ``Obs.anchor`` are both the state's observation (``"room 17. exits: north, ladder, blue
 door"``, :mod:`envs.mdp.text`), ``Obs.admissible`` its action labels in the same order, and the step cap is the
 setting's (``MDPConfig.step_cap``).
 
@@ -80,12 +82,16 @@ class MDPEnv(Env):
 
     name: ClassVar[str] = "mdp"
 
-    def __init__(self, config: MDPConfig | None = None, sampling_seed: int | None = None, setting: str | None = None):
+    def __init__(self, config: MDPConfig | None = None, sampling_seed: int | None = None, setting: str | None = None,
+                 seed_offset: int = 0):
         if config is not None and setting is not None:
             raise ValueError(f"mdp: give a config or a setting name, not both (setting={setting!r})")
+        if not isinstance(seed_offset, int) or seed_offset < 0:
+            raise ValueError(f"mdp: seed_offset must be an int >= 0, got {seed_offset!r}")
         config = named_setting(setting) if setting is not None else config if config is not None else MDPConfig()
         super().__init__(config.step_cap)
         self.config = config
+        self.seed_offset = seed_offset  # task seed k plays the MDP of seed k + seed_offset
         self._stream = np.random.default_rng(sampling_seed)
         self._tables: _Tables | None = None
         self.state = -1  # the current state's index
@@ -100,7 +106,7 @@ class MDPEnv(Env):
 
     # -- the protocol ----------------------------------------------------------------------------------------------
     def _reset(self, task: Task) -> Obs:
-        self._tables = _tables(task.seed, self.config)
+        self._tables = _tables(self.mdp_seed(task), self.config)
         if "sample_seed" in task.meta:
             self.rng = np.random.default_rng([task.seed, int(task.meta["sample_seed"])])
         else:
@@ -132,7 +138,7 @@ class MDPEnv(Env):
         task, state, steps, done, rng_state = snapshot
         if task.env != self.name:
             raise ValueError(f"snapshot of a {task.env!r} task, not {self.name!r}")
-        tables = _tables(task.seed, self.config)
+        tables = _tables(self.mdp_seed(task), self.config)
         if not 0 <= state < tables.model.num_states or not 0 <= steps <= self.max_steps:
             raise ValueError(f"mdp: snapshot state {state} / steps {steps} do not fit task {task.task_id!r}")
         rng = np.random.Generator(np.random.PCG64())
@@ -148,16 +154,20 @@ class MDPEnv(Env):
             raise RuntimeError("mdp: oracle() before reset()")
         if self.done or self.model.terminal_s[self.state]:
             raise RuntimeError("mdp: oracle() after the episode ended")
-        action = _optimal(self.task.seed, self.config).action_hs[self.max_steps - self.steps, self.state]
+        action = _optimal(self.mdp_seed(self.task), self.config).action_hs[self.max_steps - self.steps, self.state]
         return self.model.labels[self.state][action]
 
+    def mdp_seed(self, task: Task) -> int:
+        """The seed of the MDP this environment plays for ``task``: ``task.seed + seed_offset``."""
+        return task.seed + self.seed_offset
+
     def model_of(self, task: Task) -> MDP:
-        """The MDP this environment plays for ``task`` (its setting; cached)."""
-        return mdp_of(task, self.config)
+        """The MDP this environment plays for ``task`` (its setting and seed offset; cached)."""
+        return _tables(self.mdp_seed(task), self.config).model
 
     def observations(self, task: Task) -> tuple[Obs, ...]:
         """``[S]`` the observation this environment shows in each state of ``task``'s MDP (terminal ones included)."""
-        return _tables(task.seed, self.config).obs
+        return _tables(self.mdp_seed(task), self.config).obs
 
     @staticmethod
     def vocabulary() -> tuple[str, ...]:
@@ -173,7 +183,7 @@ class MDPEnv(Env):
 
 
 def mdp_of(task: Task, config: MDPConfig) -> MDP:
-    """The MDP an :class:`MDPEnv` with this setting plays for a task (cached)."""
+    """The MDP an :class:`MDPEnv` with this setting (and no seed offset) plays for a task (cached)."""
     return _tables(task.seed, config).model
 
 

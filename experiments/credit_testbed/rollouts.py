@@ -32,23 +32,17 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from agentjax.credit import (
-    batched_crbc,
-    batched_gae,
-    batched_gigpo,
-    batched_graphgpo,
-    batched_grpo,
-    batched_hgpo,
-    batched_rloo,
-)
+from agentjax.credit import batched_gae
 from agentjax.credit.accuracy import credit_accuracy
 from agentjax.rollout import GroupView, StepBatch, group_local_ids, to_groups
 from envs.base import Task
 from envs.mdp import BETA, MDP, Evaluation, MDPConfig, MDPEnv, evaluate, mdp_of, uniform_policy
+from experiments.crbc.credit_analysis import method_credits, to_rows
 
 METHODS = ("GRPO", "RLOO", "GiGPO", "HGPO", "GraphGPO", "CRBC")  # the competitors
 REFERENCE = "PPO-GAE (exact V)"  # GAE with the exact critic: an upper reference
-DIAGNOSTICS = ("GiGPO step", "CRBC step")  # the step terms alone
+# the step terms alone: this module's name -> method_credits' name
+DIAGNOSTICS = {"GiGPO step": "GiGPO step term", "CRBC step": "CRBC step term"}
 GAE_LAMBDA = 0.95
 
 Policy = Callable[[MDP], np.ndarray]  # model -> [S, A] or [H+1, S, A]
@@ -179,31 +173,18 @@ def exact_values(rollouts: Rollouts, evals: Sequence[Evaluation]) -> Exact:
 
 def method_advantages(view: GroupView, critic_grt: np.ndarray | None = None, *, beta: float = BETA,
                       success_reward: float = 1.0) -> dict[str, np.ndarray]:
-    """[G, R, T] per-step advantage of each method (module docstring, point 3); the GAE reference only when an
-    exact critic ``critic_grt`` (V^π for reward 1, [G, R, T]) is given."""
-    crbc = batched_crbc(view, beta=beta)
-    gigpo = batched_gigpo(view)
-    out = {
-        "GRPO": batched_grpo(view),
-        "RLOO": batched_rloo(view),
-        "GiGPO": gigpo,
-        "HGPO": batched_hgpo(view),
-        "GraphGPO": batched_graphgpo(view),
-        "CRBC": crbc.advantage,
-    }
+    """[G, R, T] per-step advantage of each method (module docstring, point 3): the kernels of
+    :func:`experiments.crbc.credit_analysis.method_credits` (the same METHODS.md defaults; its step terms under
+    this module's names), and the GAE reference only when an exact critic ``critic_grt`` (V^π for reward 1,
+    [G, R, T]) is given."""
+    credits = method_credits(view, beta=beta)
+    out = {name: credits[name] for name in METHODS}
     if critic_grt is not None:
         # the final observation of a truncated episode has 0 steps left: V_0 = 0, so the bootstrap is 0
         bootstrap = jnp.zeros(view.length.shape, jnp.float32)
         value = jnp.asarray(success_reward * critic_grt, jnp.float32)
-        out[REFERENCE] = batched_gae(view, value, bootstrap, gamma=beta, lam=GAE_LAMBDA)[0]
-    out["GiGPO step"] = gigpo - batched_gigpo(view, step_weight=0.0)
-    out["CRBC step"] = crbc.credit
-    return {name: np.asarray(x) for name, x in out.items()}
-
-
-def to_rows(values_grt: np.ndarray, rollouts: Rollouts) -> np.ndarray:
-    """[N] a [G, R, T] array at the rows of ``rollouts``."""
-    return np.asarray(values_grt)[rollouts.group_n, rollouts.rollout_n, rollouts.step_n]
+        out[REFERENCE] = np.asarray(batched_gae(view, value, bootstrap, gamma=beta, lam=GAE_LAMBDA)[0])
+    return out | {name: credits[shared] for name, shared in DIAGNOSTICS.items()}
 
 
 def batch_accuracy(rollouts: Rollouts, *, policy: Policy = uniform_policy, beta: float = BETA,

@@ -31,3 +31,19 @@ def test_the_env_takes_a_setting_by_name():
         MDPEnv(setting="s4")
     with pytest.raises(ValueError, match="not both"):
         MDPEnv(MDPConfig(), setting="s1")
+
+
+def test_a_seed_offset_plays_other_members_of_the_family():
+    from envs.mdp import mdp_of
+
+    env, plain = MDPEnv(setting="s2", seed_offset=8), MDPEnv(setting="s2")
+    task, member = MDPEnv.tasks("train")[1], MDPEnv.tasks("train")[9]
+    assert env.mdp_seed(task) == 9 and env.model_of(task) is mdp_of(member, env.config) is plain.model_of(member)
+    assert env.model_of(task) is not plain.model_of(task)
+    assert env.reset(task).text == plain.reset(member).text and env.observations(task) == plain.observations(member)
+    assert env.oracle() == plain.oracle()  # the optimal action of the member it plays
+    snapshot = env.snapshot()
+    env.step(env.oracle())
+    assert env.restore(snapshot).text == plain.observations(member)[plain.model.start].text
+    with pytest.raises(ValueError, match="seed_offset must be an int >= 0"):
+        MDPEnv(setting="s2", seed_offset=-1)
