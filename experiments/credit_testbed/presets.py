@@ -93,10 +93,10 @@ def arm_run(setting: str, arm: Arm | str, seed: int, *, runs: str = RUNS, update
 
 def comparison(settings: tuple[str, ...] = SETTINGS, seeds: tuple[int, ...] = SEEDS, *, runs: str = RUNS,
                **sizes: int) -> dict[tuple[str, str, int], RunConfig]:
-    """``{(setting, label, seed): run}`` of the whole comparison, seed by seed (every arm of a setting has seed 0
-    before any has seed 1)."""
+    """``{(setting, label, seed): run}`` of the whole comparison, seed by seed (every arm of every setting has seed 0
+    before any has seed 1, so a partial comparison has whole seeds everywhere)."""
     return {(s, arm.label, seed): arm_run(s, arm, seed, runs=runs, **sizes)
-            for s in settings for seed in seeds for arm in ARMS[s]}
+            for seed in seeds for s in settings for arm in ARMS[s]}
 
 
 def with_updates(run: RunConfig, updates: int, eval_every: int) -> RunConfig:

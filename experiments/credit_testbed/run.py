@@ -196,7 +196,7 @@ def select(settings: tuple[str, ...], arms: tuple[str, ...] | None, seeds: tuple
     """The runs of the chosen settings, arms (default: each setting's :data:`ARMS`) and seeds, seed by seed."""
     if arms is None:
         return comparison(settings, seeds, runs=runs, **sizes)
-    return {(s, a, seed): arm_run(s, a, seed, runs=runs, **sizes) for s in settings for seed in seeds for a in arms}
+    return {(s, a, seed): arm_run(s, a, seed, runs=runs, **sizes) for seed in seeds for s in settings for a in arms}
 
 
 def main(argv: list[str] | None = None) -> int:
