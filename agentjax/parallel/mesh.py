@@ -29,6 +29,7 @@ AXES = (FSDP, TP)
 ENV_COORDINATOR = "AGENTJAX_COORDINATOR"
 ENV_NUM_PROCESSES = "AGENTJAX_NUM_PROCESSES"
 ENV_PROCESS_ID = "AGENTJAX_PROCESS_ID"
+ENV_HEARTBEAT_TIMEOUT = "AGENTJAX_HEARTBEAT_TIMEOUT"  # seconds before the job gives up on a silent process
 
 # Launchers whose variables JAX's cluster auto-detection reads (jax/_src/clusters): a call without arguments
 # hands over to JAX when one of them is present.
@@ -103,6 +104,10 @@ def initialize_distributed(
     * otherwise ``jax.distributed.initialize`` gets the resolved values; JAX fills in any it can detect and raises
       if it cannot.
 
+    ``AGENTJAX_HEARTBEAT_TIMEOUT`` (seconds, default JAX's 100) is how long the coordination service waits for a
+    process that stopped answering (a crashed or killed host) before it ends every other process of the job with an
+    error; a multi-host job cannot continue without one of its processes (README, "Several hosts").
+
     Args:
       coordinator_address: ``"host:port"`` of process 0's coordinator service (the same on every process).
       num_processes: the number of processes.
@@ -126,8 +131,10 @@ def initialize_distributed(
     if coordinator_address is None and num_processes is None and process_id is None and local_device_ids is None:
         if not (auto_detect or _managed_cluster()):
             return False
+    heartbeat = _env_int(ENV_HEARTBEAT_TIMEOUT)
     jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                               process_id=process_id, local_device_ids=local_device_ids)
+                               process_id=process_id, local_device_ids=local_device_ids,
+                               **({"heartbeat_timeout_seconds": heartbeat} if heartbeat is not None else {}))
     return True
 
 

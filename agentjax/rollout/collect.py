@@ -298,21 +298,23 @@ def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig,
     return constrain.build_trie(rows, max_edges=max(config.max_trie_edges, needed), vocab_size=vocab_size)
 
 
-def sample_seeds(key: jax.Array, num_slots: int) -> list[int]:
+def sample_seeds(key: jax.Array, num_slots: int, offset: int = 0) -> list[int]:
     """``[num_slots]`` the sample seed of each slot's episode in a batch collected with ``key``: the two words of
-    ``fold_in(fold_in(key, SAMPLE_SEED_SALT), slot)`` as one 64-bit integer (``CollectConfig.sample_seeds``)."""
+    ``fold_in(fold_in(key, SAMPLE_SEED_SALT), slot)`` as one 64-bit integer (``CollectConfig.sample_seeds``), for the
+    slots ``offset, offset + 1, ...`` of the batch."""
     base = jax.random.fold_in(key, SAMPLE_SEED_SALT)
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base, np.arange(num_slots, dtype=np.uint32))
+    slots = np.arange(offset, offset + num_slots, dtype=np.uint32)
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base, slots)
     words = np.asarray(jax.random.key_data(keys), np.uint64).reshape(num_slots, -1)
     return [int(w[0]) << 32 | int(w[-1]) for w in words]
 
 
-def with_sample_seeds(slot_tasks: Sequence[Task], key: jax.Array) -> list[Task]:
+def with_sample_seeds(slot_tasks: Sequence[Task], key: jax.Array, offset: int = 0) -> list[Task]:
     """The slots' tasks, each with its episode's own ``meta["sample_seed"]`` (:func:`sample_seeds`): an env whose
     transitions are random (envs/mdp's slips) seeds each episode's draws from it, so the rollouts of a group draw
     independently and a batch's draws are a function of its key (runs and resumed runs repeat them; evaluation,
     whose key is fixed, sees the same draws in the same episode at every eval point)."""
-    seeds = sample_seeds(key, len(slot_tasks))
+    seeds = sample_seeds(key, len(slot_tasks), offset)
     return [dataclasses.replace(t, meta={**t.meta, "sample_seed": s}) for t, s in zip(slot_tasks, seeds, strict=True)]
 
 
@@ -358,6 +360,7 @@ def run_episodes(
     template: PromptTemplate | None = None,
     projector: Projector | None = None,
     task_indices: Sequence[int] | None = None,
+    slot_offset: int = 0,
 ) -> Rollouts:
     """The env ⇄ policy loop of :func:`collect` (module docstring), returning host records.
 
@@ -373,6 +376,10 @@ def run_episodes(
         ``projector(reply, admissible, require_think=...)``.
       task_indices: the StepBatch ``task`` id of each task (e.g. its index in the split's manifest); default
         its position in ``tasks``.
+      slot_offset: the batch slot of this call's first slot, where a batch is played in parts (one per process,
+        :mod:`agentjax.parallel.multihost`): slot ``s`` of the call draws its sampling stream (``row_keys``) and
+        sample seed as slot ``slot_offset + s`` of the whole batch, so an episode's draws do not depend on the
+        part that plays it. Groups, rollouts and steps stay numbered within the call.
     """
     t_start = time.perf_counter()
     if not tasks:
@@ -396,7 +403,7 @@ def run_episodes(
     t0 = time.perf_counter()
     slot_tasks = group_tasks(tasks, g_size)
     if config.sample_seeds:
-        slot_tasks = with_sample_seeds(slot_tasks, key)
+        slot_tasks = with_sample_seeds(slot_tasks, key, slot_offset)
     obs: list[Obs] = list(pool.reset(slot_tasks + [None] * (pool.num_slots - n)))[:n]
     env_s += time.perf_counter() - t0
     history: list[list[tuple[str, str]]] = [[] for _ in range(n)]
@@ -434,7 +441,7 @@ def run_episodes(
         extra = {"sparse": True, "dense_draws": config.dense_draws} if config.sparse_logits and all(rows) else {}
         if config.row_keys:  # slot s, turn t: fold_in(fold_in(key, t), s), whoever else is still playing
             extra["row_keys"] = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
-                turn_key, np.asarray(live + [n] * pad, np.uint32))
+                turn_key, np.asarray(live + [n] * pad, np.uint32) + np.uint32(slot_offset))
         out = policy.generate(prompts + [prompts[0]] * pad, config.sampling, turn_key, max_new_tokens=limits,
                               allowed=allowed, **extra)
         generate_s += time.perf_counter() - t0
@@ -562,6 +569,7 @@ def collect(
     template: PromptTemplate | None = None,
     projector: Projector | None = None,
     task_indices: Sequence[int] | None = None,
+    slot_offset: int = 0,
 ) -> tuple[StepBatch, RolloutStats]:
     """``G = config.group_size`` rollouts of every task, as a :class:`StepBatch` and :class:`RolloutStats`.
 
@@ -571,5 +579,5 @@ def collect(
     Use :func:`run_episodes` directly to keep the host records (texts, actions, observations).
     """
     rollouts = run_episodes(pool, tasks, policy, config, key, template=template, projector=projector,
-                            task_indices=task_indices)
+                            task_indices=task_indices, slot_offset=slot_offset)
     return to_step_batch(rollouts, config), summarize(rollouts)

@@ -222,6 +222,7 @@ def run_trees(
     forks: ForkConfig | None = None,
     search: SearchConfig | None = None,
     grader: Policy | None = None,
+    tree_offset: int = 0,
 ) -> TreeRollouts:
     """The tree loop of :func:`collect_trees` (module docstring), returning host records.
 
@@ -245,6 +246,11 @@ def run_trees(
         delegated children resolved one at a time, each as N candidate subtrees on clones, the best-graded one
         committed; ``TreeRollouts.searches`` holds the groups.
       grader: the policy that writes and grades rubrics (default ``policy``; the paper's untrained-grader control).
+      tree_offset: the batch's tree slot of this call's first tree, where a batch is grown in parts (one per
+        process, :mod:`agentjax.parallel.multihost`): tree ``t`` of the call samples (``row_keys``) as tree
+        ``tree_offset + t`` of the whole batch, so a tree's draws do not depend on the part that grows it. SERA's
+        fork trees take the slots after the call's own trees, and rubric writing and grading draw per call, so
+        those depend on the parts. Groups and trees stay numbered within the call.
     """
     t_start = time.perf_counter()
     if not tasks:
@@ -422,7 +428,8 @@ def run_trees(
             turn_key = jax.random.fold_in(key, turn)
             extra = {"sparse": True} if config.sparse_logits and rows is not None and all(rows) else {}
             if config.row_keys:  # tree slot t, node q: one stream whoever else is live
-                ids = [t * config.slots + node.id for t, node in live] + [len(trees) * config.slots] * pad
+                ids = [(tree_offset + t) * config.slots + node.id for t, node in live] + [
+                    (tree_offset + len(trees)) * config.slots] * pad
                 extra["row_keys"] = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(turn_key, np.asarray(ids,
                                                                                                       np.uint32))
             out = policy.generate(prompts + [prompts[0]] * pad, config.sampling, turn_key, max_new_tokens=limits_b,
