@@ -5,9 +5,9 @@ start state. The setting is an :class:`~envs.mdp.config.MDPConfig` (``MDPEnv(con
 pre-registered one (``MDPEnv(setting="s2")``, :mod:`envs.mdp.settings`; what the trainer's ``--env-kwargs``
 pass). ``seed_offset`` shifts the family member a task plays: task seed ``k`` plays the MDP of seed
 ``k + seed_offset``, so a run on the first N train tasks (``RunConfig.train_pool``) can play any N consecutive
-members of the setting's family (one set per training seed). ``Obs.text`` and ``Obs.anchor`` are both the state's observation (``"room 17. exits: north, ladder, blue
-door"``, :mod:`envs.mdp.text`), ``Obs.admissible`` its action labels in the same order, and the step cap is the
-setting's (``MDPConfig.step_cap``).
+members of the setting's family (one set per training seed). ``Obs.text`` and ``Obs.anchor`` are both the state's
+observation (``"room 17. exits: north, ladder, blue door"``, :mod:`envs.mdp.text`), ``Obs.admissible`` its action
+labels in the same order, and the step cap is the setting's (``MDPConfig.step_cap``).
 
 Actions are labels, matched after lower-casing and collapsing white space. Any other string is *invalid*: the
 state does not change, the observation is the same, the reward is 0 and ``info["valid"]`` is False (as in

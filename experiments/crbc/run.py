@@ -7,7 +7,6 @@
     python experiments/crbc/run.py --methods grpo gigpo crbc --updates 30
     python experiments/crbc/run.py --pool --jobs 2 --methods grpo rloo gigpo hgpo graphgpo crbc
                                                         # the pool setting (below): results/pool_results.md
-    python experiments/crbc/run.py --demo               # make demo: the pool setting's GiGPO seed 0, trained anew
     python experiments/crbc/run.py --smoke              # 2 updates, 1 seed, small sizes: the pipeline end to end
     python experiments/crbc/run.py [--pool] --report-only   # rebuild the table and figure without training
 
@@ -36,7 +35,6 @@ GRPO on the same episodes and the training batches' success, as mean ± standard
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -52,7 +50,6 @@ if ROOT not in sys.path:
 
 from agentjax.train.metrics import read_metrics  # noqa: E402
 from agentjax.train.runconfig import RunConfig, run_from_dict  # noqa: E402
-from experiments.crbc.demo import ending, plan, update_progress, warm_start_progress  # noqa: E402
 from experiments.crbc.presets import METHODS, RESULTS, SEEDS, pool_run, smoke_run, tiny_run  # noqa: E402
 from experiments.crbc.report import gather, load_results, results_path, write_report  # noqa: E402
 
@@ -155,9 +152,9 @@ def report(runs: dict[tuple[str, int], RunConfig], results: str, name: str = "ti
     some = next(iter(runs.values()))
     path = results_path(results, name)
     records = gather(runs, path)
-    flag = {"smoke": " --smoke", "pool": " --pool", "demo": " --demo"}.get(name, "")
+    flag = {"smoke": " --smoke", "pool": " --pool"}.get(name, "")
     methods = list(dict.fromkeys(m for m, _ in records)) or list(load_results(path).get("results", {}))
-    if name != "demo" and methods != list(METHODS):
+    if methods != list(METHODS):
         flag += " --methods " + " ".join(methods)
     command = f"python experiments/crbc/run.py{flag}"
     common = ("the same episodes and sampling streams at every eval point and for every method of a seed)\n\n"
@@ -180,30 +177,6 @@ def held_out_report(run: RunConfig) -> dict:
     return {"held_out_header": header, "title": "eval success (the training pool's rooms, ± SE over seeds)"}
 
 
-def demo_run(method: str, seed: int, *, results: str = RESULTS, updates: int | None = None) -> RunConfig:
-    """``make demo``'s run: the pool comparison's run of ``method`` and ``seed`` (:func:`pool_run`, the same config)
-    trained into its own folder, ``results/runs/demo/<method>/seed<seed>``, apart from the comparison's runs."""
-    run = pool_run(method, seed, results=results, updates=updates)
-    return run.replace(out_dir=os.path.join(results, "runs", "demo", method, f"seed{seed}"))
-
-
-def demo(runs: dict[tuple[str, int], RunConfig], jobs: int) -> None:
-    """Train the demo's runs (:func:`run_all`) with a line per stage and progress within each
-    (:mod:`experiments.crbc.demo`)."""
-    from agentjax.train.warmstart import cache_folder
-
-    first = next(iter(runs.values()))
-    if all(finished(r) for r in runs.values()):
-        print(f"make demo: already trained in {first.out_dir} (delete it to train anew): its report", flush=True)
-        return
-    cached = first.warm_start is not None and os.path.isfile(os.path.join(cache_folder(first), "warmstart.json"))
-    print(plan(first, cached), flush=True)
-    with warm_start_progress(), contextlib.ExitStack() as stack:
-        for run in runs.values():
-            stack.enter_context(update_progress(run))
-        run_all(runs, jobs)
-
-
 def compile_cache(results: str) -> None:
     """JAX's persistent compilation cache under ``results/runs/.jax_cache``: the runs of an experiment (and the
     children of ``--jobs``) compile the same sampler and update programs, so every run after the first loads them
@@ -224,8 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", action="store_true",
                         help="the pool setting (presets.pool_run): train and evaluate on a fixed pool of rooms, "
                              "held-out rooms evaluated beside")
-    parser.add_argument("--demo", action="store_true",
-                        help="make demo: the pool setting's GiGPO run of seed 0 (its warm start included)")
     parser.add_argument("--results", default=RESULTS, help="folder of the table, figure and runs")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--dry-run", action="store_true", help="list the runs and stop")
@@ -245,10 +216,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         seeds = args.seeds if args.seeds != list(SEEDS) else [0]
         runs = {(m, s): smoke_run(m, s, results=args.results) for m in args.methods for s in seeds}
-    elif args.demo:  # the pool comparison's config, trained into runs/demo/ (a second demo reuses it)
-        methods = args.methods if args.methods != list(METHODS) else ["gigpo"]
-        seeds = args.seeds if args.seeds != list(SEEDS) else [0]
-        runs = {(m, s): demo_run(m, s, results=args.results, updates=args.updates) for s in seeds for m in methods}
     else:
         make = pool_run if args.pool else tiny_run
         runs = {(m, s): make(m, s, results=args.results, updates=args.updates) for s in args.seeds
@@ -257,20 +224,18 @@ def main(argv: list[str] | None = None) -> int:
         for (m, s), run in runs.items():
             print(f"{m} seed {s}: {run.updates} updates -> {run.out_dir}")
         return 0
-    if args.demo and not args.report_only:
-        demo(runs, args.jobs)
-    elif not args.report_only:
+    if not args.report_only:
         run_all(runs, args.jobs)
-    # the smoke and demo reports go beside their runs (not kept in git), the tables into results/
-    folder = os.path.join(args.results, "runs", "smoke" if args.smoke else "demo") if args.smoke or args.demo \
+    # the smoke report goes beside its runs (not kept in git), the tables into results/
+    folder = os.path.join(args.results, "runs", "smoke") if args.smoke \
         else args.results
-    name = "smoke" if args.smoke else "demo" if args.demo else "pool" if args.pool else "tiny"
+    name = "smoke" if args.smoke else "pool" if args.pool else "tiny"
     report(runs, folder, name)
-    print(explain(runs, folder, name, smoke=args.smoke, demo=args.demo))
+    print(explain(runs, folder, name, smoke=args.smoke))
     return 0
 
 
-def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, smoke: bool, demo: bool = False) -> str:
+def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, smoke: bool) -> str:
     """What a reader of the table needs to know: what ran, what the numbers mean, where the files are."""
     some = next(iter(runs.values()))
     ro, ws = some.train.rollout, some.warm_start
@@ -297,8 +262,6 @@ def explain(runs: dict[tuple[str, int], RunConfig], folder: str, name: str, *, s
                      "is nearly untrained and success near 0 is expected): it checks the pipeline end to end. "
                      "The tiny experiment itself: python experiments/crbc/run.py --jobs 2 "
                      "(experiments/crbc/README.md).")
-    if demo:
-        lines += ending(runs, folder, name)
     return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from experiments.credit_testbed import report as rep
 from experiments.credit_testbed import run as driver
-from experiments.credit_testbed.presets import ARMS, POOL, SEEDS, arm_of, comparison, arm_run
+from experiments.credit_testbed.presets import ARMS, POOL, SEEDS, arm_of, arm_run, comparison
 
 UPDATES, EVERY = 10, 5
 

@@ -1,7 +1,6 @@
-"""experiments/crbc/probe.py and the demo: the eval curve and the paired gain they print (report.episode_gain)."""
+"""experiments/crbc/probe.py: the eval curve and the paired gain it prints (report.episode_gain)."""
 
 import json
-import os
 import pathlib
 
 import numpy as np
@@ -41,61 +40,6 @@ def test_fixed_rooms_train_on_the_eval_rooms_they_evaluate():
     assert fixed.tasks(spec.eval_split) == spec.tasks(spec.eval_split)
     with pytest.raises(SystemExit):  # 128 eval episodes must split evenly over the rooms
         main(["--lr", "1e-3", "--mini-batches", "1", "--fixed-rooms", "24", "--out", "x"])
-
-
-def test_the_demo_explains_its_paired_gains(tmp_path):
-    from experiments.crbc import run as experiment
-    from experiments.crbc.presets import pool_run
-
-    run = pool_run("gigpo", 0, results=str(tmp_path)).replace(out_dir=str(tmp_path / "gigpo" / "seed0"))
-    folder = tmp_path / "gigpo" / "seed0" / "eval"
-    (folder / "held_out").mkdir(parents=True)
-    for step, outcomes, held_out in ((0, [[0, 0], [1, 0]], [[1, 1], [1, 0]]), (16, [[1, 0], [1, 1]], [[0, 1], [0, 0]])):
-        (folder / f"{step}.json").write_text(json.dumps({"outcomes": outcomes}))
-        (folder / "held_out" / f"{step}.json").write_text(json.dumps({"outcomes": held_out}))
-    assert experiment.main(["--demo", "--dry-run", "--results", str(tmp_path)]) == 0
-    text = experiment.explain({("gigpo", 0): run}, str(tmp_path), "demo", smoke=False, demo=True)
-    assert "gigpo seed 0, the pool's rooms: eval success 0.250 at update 0 -> 0.750 at update 16, gain +0.500 ± 0.289" \
-        in text
-    assert "gigpo seed 0, held-out rooms: eval success 0.750 at update 0 -> 0.250 at update 16, gain -0.500 ± 0.289" \
-        in text
-    assert "the 16 rooms of the training pool" in text and "16 held-out rooms it never trains on" in text
-    assert "a gain under 2 of them is within noise" in text and "committed" not in text
-
-
-def test_the_demo_says_what_it_does_and_how_long_it_takes(tmp_path, capsys):
-    """The plan names each stage with its expected duration; the progress lines come from the run's metrics as the
-    loop writes them, and from the warm start built in this process."""
-    from agentjax.train import warmstart
-    from experiments.crbc import demo
-    from experiments.crbc.run import demo_run
-
-    run = demo_run("gigpo", 0, results=str(tmp_path))
-    text = demo.plan(run, cached=False)
-    assert "[1/3] warm start" in text and "4,000 training rooms" in text and "2,000 supervised AdamW steps" in text
-    assert "[2/3] RL: 16 gigpo updates" in text and "[3/3] evaluation at updates 0, 4, 8, 12, 16" in text
-    assert "cached in" in demo.plan(run, cached=True)
-    os.makedirs(run.out_dir)
-    with demo.update_progress(run, every=0.01):
-        with open(os.path.join(run.out_dir, "metrics.jsonl"), "w") as f:
-            f.write(json.dumps({"step": 4, "rollout/success_rate": 0.5, "time/total": 12.0,
-                                "eval/success_rate": 0.25, "held_out/success_rate": 0.125, "time/eval": 3.0}) + "\n")
-    out = capsys.readouterr().out
-    assert "update 4/16: batch success 0.500 (12 s)" in out
-    assert "eval at update 4: the pool's rooms 0.250, held-out rooms 0.125 (3 s)" in out
-    originals = warmstart.demonstrations, warmstart.supervised
-    with demo.warm_start_progress():
-        assert warmstart.demonstrations is not originals[0] and warmstart.supervised is not originals[1]
-    assert (warmstart.demonstrations, warmstart.supervised) == originals
-
-
-def test_the_demo_trains_its_own_run(tmp_path):
-    from experiments.crbc.presets import pool_run
-    from experiments.crbc.run import demo_run
-
-    run, committed = demo_run("gigpo", 0, results=str(tmp_path)), pool_run("gigpo", 0, results=str(tmp_path))
-    assert run.out_dir == str(tmp_path / "runs" / "demo" / "gigpo" / "seed0")  # git-ignored: a fresh clone trains
-    assert run.replace(out_dir=committed.out_dir) == committed
 
 
 @pytest.mark.slow  # a warm start end to end (45 s of CI's budget): `make test-slow`
