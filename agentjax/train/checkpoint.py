@@ -26,6 +26,13 @@ the OS when the process ends, however it ends) while a run trains, so a second p
 (a resumed run launched twice, two experiment drivers racing) stops with an error naming the holder instead of
 interleaving its checkpoints, metrics and evaluations with the first's; :func:`being_trained` asks without waiting.
 In a multi-host run, JAX process 0 takes it for all.
+
+Several processes (one per host, :mod:`agentjax.parallel.multihost`): every process calls ``save`` and ``restore``
+with the same state, sharded over all of them; orbax writes each process's shards and process 0 the metadata and
+the commit, with barriers between, so ``directory`` must be on storage every host sees. The fingerprints are
+computed on the mesh, so every process verifies the whole state, falls back past the same damaged step, and the
+damaged steps are moved by process 0. A checkpoint written by N processes restores on any mesh of the same state
+(tests/parallel/test_multihost.py: 2 processes × 4 devices write, 1 process × 8 devices reads).
 """
 
 from __future__ import annotations

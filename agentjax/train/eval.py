@@ -12,6 +12,9 @@ run's seed), on the same tasks, and the eval collector samples each episode from
 runs with the same seed, then see the same uniforms in the same episode and turn, and their difference is the
 policies' difference, not two sampling noises: :func:`paired_difference` reads it episode by episode. The key
 never comes from the training PRNG stream: evaluating more or less often does not change the training numbers.
+
+On several processes each plays its share of the tasks (:func:`agentjax.train.shares.play_episodes`: the same
+episodes and draws as one process) and every process gets the whole evaluation.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentjax.rollout.collect import CollectConfig, run_episodes
+from agentjax.rollout.collect import CollectConfig
 from agentjax.rollout.stats import summarize
+from agentjax.train.shares import play_episodes
 
 EVAL_SALT = 0x5EED_E7A1
 
@@ -43,7 +47,7 @@ def evaluate(pool: Any, tasks: Sequence[Any], policy: Any, config: CollectConfig
     ``invalid_rate``, ``episode_length_mean``, ``episodes``, ``seconds`` and ``outcomes``: ``[tasks][seeds]``
     0/1 per episode (a list, for paired comparisons; not a scalar metric).
     """
-    rollouts = run_episodes(pool, tasks, policy, config, key, task_indices=task_indices)
+    rollouts = play_episodes(pool, tasks, policy, config, key, task_indices=task_indices).merged
     stats = summarize(rollouts)
     won_ts = np.array([ep.won for ep in rollouts.episodes], np.float64).reshape(len(tasks), config.group_size)
     per_seed = won_ts.mean(0)

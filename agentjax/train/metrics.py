@@ -7,6 +7,9 @@ entropy, clip fraction, grad norm, lr, skips), ``credit/…`` (advantage statist
 JSON line and writes TensorBoard scalars (``tensorboardX``, the light writer without TensorFlow).
 
 Non-finite values are kept: JSON lines carry them as ``NaN`` / ``Infinity`` (what Python's ``json`` reads back).
+
+A multi-host run logs once: the writer writes files and the progress bar shows on JAX process 0 only; the other
+processes compute the same lines and write nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 import rich.progress
 import tensorboardX
 
+from agentjax.parallel.multihost import is_main
 from agentjax.rollout.batch import StepBatch
 
 
@@ -136,16 +140,21 @@ class MetricsWriter:
       tensorboard: also write TensorBoard event files.
       resume_step: when resuming from a checkpoint at this step, drop what the interrupted run logged for later
         steps (JSON lines with ``step > resume_step``; TensorBoard's ``purge_step``), so the log reads as one run.
+      files: write (and truncate) the files; default: on JAX process 0 only (module docstring). Without files
+        ``write`` still returns the line.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(self, directory: str | os.PathLike, *, tensorboard: bool = True, resume_step: int | None = None,
+                 files: bool | None = None):
         self.directory = os.fspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
         self.path = os.path.join(self.directory, "metrics.jsonl")
+        self._file, self._tb = None, None
+        if not (is_main() if files is None else files):
+            return
+        os.makedirs(self.directory, exist_ok=True)
         if resume_step is not None and os.path.exists(self.path):
             self._truncate_after(resume_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 — closed in close()
-        self._tb = None
         if tensorboard:
             purge = None if resume_step is None else resume_step + 1
             self._tb = tensorboardX.SummaryWriter(os.path.join(self.directory, "tb"), purge_step=purge)
@@ -169,6 +178,8 @@ class MetricsWriter:
     def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         """Log ``metrics`` (scalars) for ``step``; returns them as floats."""
         values = to_floats(metrics)
+        if self._file is None:
+            return values
         self._file.write(json.dumps({"step": int(step), "time": time.time()} | values) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -177,12 +188,14 @@ class MetricsWriter:
         return values
 
     def flush(self) -> None:
-        self._file.flush()
+        if self._file is not None:
+            self._file.flush()
         if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         if self._tb is not None:
             self._tb.close()
 
@@ -206,6 +219,7 @@ class ProgressBar:
     """A ``rich`` progress bar over updates that shows a few chosen metrics.
 
     ``with ProgressBar(total, shown=("rollout/success_rate", "train/loss")) as bar: bar.advance(metrics)``.
+    Shown on JAX process 0 only.
     """
 
     def __init__(self, total: int, *, description: str = "train", completed: int = 0,
@@ -214,7 +228,8 @@ class ProgressBar:
         self._progress = rich.progress.Progress(
             rich.progress.TextColumn("[bold]{task.description}"), rich.progress.BarColumn(),
             rich.progress.MofNCompleteColumn(), rich.progress.TimeElapsedColumn(),
-            rich.progress.TimeRemainingColumn(), rich.progress.TextColumn("{task.fields[info]}"), disable=disable)
+            rich.progress.TimeRemainingColumn(), rich.progress.TextColumn("{task.fields[info]}"),
+            disable=disable or not is_main())
         self._task = self._progress.add_task(description, total=total, completed=completed, info="")
 
     def advance(self, metrics: Mapping[str, float] | None = None, steps: int = 1) -> None:

@@ -8,6 +8,7 @@ shows the traceback) and process 0 writes ``OUT_DIR/<scenario>.json`` with what 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -48,9 +49,12 @@ from agentjax.rollout.tree_collect import TreeRollouts, to_tree_batch
 from agentjax.train.advantages import compute_advantages
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.config import GRPOCredit, RAOCredit, RolloutConfig, TrainConfig
+from agentjax.train.eval import evaluate
+from agentjax.train.shares import flat_batch, play_share
 from agentjax.train.state import init_state
 from agentjax.train.tree_credit import row_credit
 from envs.pool import SerialPool
+from envs.sokoban.env import SokobanEnv
 from tests.envs.toy_env import ChainEnv
 from tests.train.tree_batches import CONFIG as TREE_CONFIG
 from tests.train.tree_batches import hand_trees
@@ -172,13 +176,14 @@ def check_collection(sampler) -> dict:
                            row_keys=True, capacity=32)
     tasks = ChainEnv.tasks("train")[:5]
     key = jax.random.key(11)
-    mine = share(len(tasks))
-    part = run_episodes(SerialPool(ChainEnv, 10), mine.take(tasks), sampler, config, key, template=TOY,
-                        projector=project_action, task_indices=list(mine.indices()),
-                        slot_offset=mine.start * config.group_size)
-    merged = merge_rollouts(gather_objects(portable(part)))
-    whole = run_episodes(SerialPool(ChainEnv, 10), tasks, sampler, config, key, template=TOY,
-                         projector=project_action, task_indices=range(len(tasks)))
+    play = functools.partial(run_episodes, template=TOY, projector=project_action)
+    played = play_share(lambda t, i, first: play(SerialPool(ChainEnv, 10), t, sampler, config, key, task_indices=i,
+                                                 slot_offset=first),
+                        tasks, range(len(tasks)), slots_per_task=config.group_size, merge=merge_rollouts,
+                        portable_form=portable, allow_empty=False)
+    mine, merged = played.share, played.merged
+    assert [mine.start, mine.stop] == [[0, 2], [2, 5]][jax.process_index()]
+    whole = play(SerialPool(ChainEnv, 10), tasks, sampler, config, key, task_indices=range(len(tasks)))
     assert [ep.actions for ep in merged.episodes] == [ep.actions for ep in whole.episodes]
     assert [(ep.group, ep.rollout, ep.task_index) for ep in merged.episodes] == [
         (ep.group, ep.rollout, ep.task_index) for ep in whole.episodes]
@@ -191,13 +196,26 @@ def check_collection(sampler) -> dict:
     differ = sorted(k for k in stats_b if stats_a.get(k) != stats_b[k] and not k.endswith("_seconds"))
     assert differ in ([], ["rollout/num_padded_rows"]), differ
     mesh = make_mesh(8, 1)
-    got = global_step_batch(to_step_batch(part, config), mine, mesh, fsdp_tp())
+    ro = RolloutConfig(num_groups=5, group_size=2, max_steps=3, prompt_len=640, response_len=10, capacity=32)
+    got = flat_batch(played, config, ro, mesh)
     want = to_step_batch(whole, config)
+    assert got.reward.sharding.spec == P("fsdp")
     for field in dataclasses.fields(want):
         if getattr(want, field.name) is not None:
             np.testing.assert_allclose(full(getattr(got, field.name)), np.asarray(getattr(want, field.name)),
                                        rtol=0, atol=1e-5, err_msg=field.name)
+    # evaluation (Sokoban, 3 tasks x 2 seeds): each process plays its share of the tasks and gets the whole result
+    soko = CollectConfig.sokoban(group_size=2, max_steps=3, max_prompt_tokens=640, sampling=SAMPLING, reward="env",
+                                 constrained=True, row_keys=True)
+    soko_tasks = SokobanEnv.tasks("train")[:3]
+    evaluated = evaluate(SerialPool(SokobanEnv, 6), soko_tasks, sampler, soko, key)
+    alone = run_episodes(SerialPool(SokobanEnv, 6), soko_tasks, sampler, soko, key, task_indices=range(3))
+    assert evaluated["outcomes"] == [[int(alone.episodes[2 * t + s].won) for s in range(2)] for t in range(3)]
+    stats = summarize(alone)
+    assert (evaluated["return_mean"], evaluated["invalid_rate"], evaluated["episode_length_mean"]) == (
+        stats.mean_return, stats.invalid_rate, stats.mean_episode_length)
     return {"episodes": len(merged.episodes), "turns": int(stats_b["rollout/num_turns"]),
+            "eval_episode_length": evaluated["episode_length_mean"],
             "collection_logp_max_abs_diff": logp_diff, "stats_that_differ": differ,
             "actions": sorted({a for ep in whole.episodes for a in ep.actions})}
 

@@ -40,6 +40,7 @@ from agentjax.rollout.stats import summarize
 from agentjax.rollout.tree_collect import TreeRollouts
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.config import TrainConfig
+from agentjax.train.metrics import MetricsWriter
 from agentjax.train.state import init_state
 from envs.pool import SerialPool
 from tests.envs.toy_env import ChainEnv
@@ -152,6 +153,15 @@ def test_merge_tree_rollouts_renumbers_groups_and_sums_the_judges():
     assert merged.total_seconds == 5.0
     with pytest.raises(ValueError, match="rubric counters"):
         merge_tree_rollouts([dataclasses.replace(part(0, {}), rubric_metrics={"grade/agreement": 0.5})])
+
+
+def test_a_writer_without_files_computes_the_line_and_writes_nothing(tmp_path):
+    """What the processes other than 0 hold in a multi-host run (MetricsWriter's default there)."""
+    writer = MetricsWriter(tmp_path / "run", tensorboard=True, resume_step=3, files=False)
+    assert writer.write(4, {"train/loss": np.float32(0.5), "n": 2}) == {"train/loss": 0.5, "n": 2.0}
+    writer.flush()
+    writer.close()
+    assert not (tmp_path / "run").exists()
 
 
 # -- the launcher ------------------------------------------------------------------------------------------------------
