@@ -44,7 +44,7 @@ class TrainState:
     ref_params: Params  # nnx.State or {}, the frozen reference policy for the KL term ({} when kl_coef == 0)
     rng: Any  # [2] uint32, raw key data of the run's PRNG stream (see `next_key`)
     data_position: Any  # [] int32, position in the task stream (batches drawn), advanced by the loop
-    nonfinite: Any  # [] int32, updates skipped for a NaN/Inf loss or gradient
+    nonfinite: Any  # [] int32, optimizer steps skipped for a NaN/Inf loss or gradient
     schedule: Any = None  # ScheduleState (SERA / RAO stage schedule: [] int32 step, skipped) or None
 
     @property

@@ -85,7 +85,7 @@ Update = Callable[[TrainState, StepBatch, Advantages, PRNGKeyArray], tuple[Train
 
 
 class NonFiniteUpdateError(RuntimeError):
-    """Raised by :func:`check_nonfinite` once more updates than allowed were skipped for NaN/Inf."""
+    """Raised by :func:`check_nonfinite` once more optimizer steps than allowed were skipped for NaN/Inf."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -575,13 +575,16 @@ def make_value_fn(config: TrainConfig, model: nnx.Module) -> Callable[[TrainStat
 
 def check_nonfinite(state: TrainState, metrics: Metrics, config: TrainConfig) -> None:
     """Host side, after each update: log a skipped update, and raise :class:`NonFiniteUpdateError` once more than
-    ``config.max_nonfinite_updates`` updates have been skipped."""
+    ``config.max_nonfinite_updates`` optimizer steps have been skipped (an update takes ``mini_batches × epochs``
+    of them; ``state.nonfinite`` counts them)."""
+    steps = config.mini_batches * config.epochs
     if float(metrics["skipped"]):
-        log.warning("update %d skipped: non-finite loss (%s) or gradient norm (%s); %d skipped so far (limit %d)",
-                    int(state.step) - 1, float(metrics["loss"]), float(metrics["grad_norm"]), int(state.nonfinite),
+        log.warning("update %d skipped %d of its %d optimizer steps: non-finite loss (%s) or gradient norm (%s); %d "
+                    "optimizer steps skipped so far (limit %d)", int(state.step) - 1, int(metrics["skipped"]), steps,
+                    float(metrics["loss"]), float(metrics["grad_norm"]), int(state.nonfinite),
                     config.max_nonfinite_updates)
     if int(state.nonfinite) > config.max_nonfinite_updates:
         raise NonFiniteUpdateError(
-            f"{int(state.nonfinite)} updates had a NaN/Inf loss or gradient (limit "
+            f"{int(state.nonfinite)} optimizer steps ({steps} an update) had a NaN/Inf loss or gradient (limit "
             f"TrainConfig.max_nonfinite_updates={config.max_nonfinite_updates}); lower the learning rate, check "
             "the batch's behaviour_logp / advantages for NaN, or raise the limit")
