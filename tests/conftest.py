@@ -61,7 +61,7 @@ def free_executables() -> None:
     56,000 maps in 7 minutes, ~5,000 a minute; the whole suite runs more before tests/train. Then an mmap inside
     XLA fails and the interpreter dies in native code wherever it next loads or writes an executable: a segfault
     in the persistent cache's write (`put_executable_and_time`) or read (`get_executable_and_time`, also an
-    abort), late in `make test-slow` (tests/train/test_tree_presets.py, test_tree_update.py), never in a test run
+    abort), late in `make test-slow` (tests/train/test_tree_presets.py, test_update_cispo.py), never in a test run
     alone. ``jax.clear_caches()`` releases the maps (40 programs: 1,548 maps -> 513); a later module that needs a
     program again reads it from the persistent compilation cache."""
     jax.clear_caches()

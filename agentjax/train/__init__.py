@@ -8,7 +8,7 @@ A trainer loop uses them as::
     ...
     adv = compute_advantages(config.credit, batch, config.rollout)     # PPO: values=value_fn(state, batch)
     state, key = next_key(state)
-    state, metrics = update(state, batch, adv, key)
+    state, metrics = update(state, UpdateBatch.of(batch, adv), key)   # SERO: UpdateBatch.of(batch, adv, oracle)
     check_nonfinite(state, metrics, config)
     checkpoints.save(state)                    # on --resume: restore_latest(abstract_state(config, model, tx))
 """
@@ -57,12 +57,15 @@ from agentjax.train.state import (
 )
 from agentjax.train.update import (
     NonFiniteUpdateError,
+    UpdateBatch,
     UpdateSpec,
     check_nonfinite,
+    make_grad_fn,
     make_logprob_fn,
     make_loss_fn,
     make_update,
     make_value_fn,
+    skip_batch,
 )
 
 __all__ = [
@@ -95,6 +98,7 @@ __all__ = [
     "StageTimer",
     "TrainConfig",
     "TrainState",
+    "UpdateBatch",
     "UpdateSpec",
     "abstract_state",
     "check_batch_fits",
@@ -105,6 +109,7 @@ __all__ = [
     "init_schedule",
     "init_state",
     "init_value_head",
+    "make_grad_fn",
     "make_logprob_fn",
     "make_loss_fn",
     "make_optimizer",
@@ -115,6 +120,7 @@ __all__ = [
     "policy_params",
     "read_metrics",
     "rollout_metrics",
+    "skip_batch",
     "stage_at",
     "stage_name",
     "sync_model",

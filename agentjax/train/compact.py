@@ -8,6 +8,7 @@ import numpy as np
 from agentjax.rollout.batch import StepBatch
 
 COMPACT_BUCKET = 64  # compact_rows: prompt widths and shared prefixes in multiples of this (bounded compiles)
+TREE_COMPACT_BUCKET = 256  # the bucket of tree batches: node prompts vary in length, so coarse widths (fewer compiles)
 
 
 def compact_rows(batch: StepBatch, bucket: int = COMPACT_BUCKET) -> tuple[StepBatch, np.ndarray | None]:
@@ -50,4 +51,4 @@ def compact_rows(batch: StepBatch, bucket: int = COMPACT_BUCKET) -> tuple[StepBa
         prefix_p
 
 
-__all__ = ["COMPACT_BUCKET", "compact_rows"]
+__all__ = ["COMPACT_BUCKET", "TREE_COMPACT_BUCKET", "compact_rows"]

@@ -62,7 +62,7 @@ from agentjax.train.runconfig import RunConfig, run_from_dict
 from agentjax.train.sero import SeroBranch, save_bank
 from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, policy_params, sync_model
 from agentjax.train.tokenizers import run_tokenizer
-from agentjax.train.update import NonFiniteUpdateError, check_nonfinite, make_update, make_value_fn
+from agentjax.train.update import NonFiniteUpdateError, UpdateBatch, check_nonfinite, make_update, make_value_fn
 from agentjax.train.warmstart import initial_policy, warm_start_folder
 from envs.pool import EnvPool, SerialPool
 
@@ -390,7 +390,7 @@ def _train_flat(run: RunConfig, *, resume: bool, stop_after: int | None) -> dict
                         exact_credit = t.exact.credit(state.params, rollouts, adv)
                 state, key = next_key(state)
                 with timer("update"):
-                    state, metrics = t.update(state, batch, adv, key, **oracle)
+                    state, metrics = t.update(state, UpdateBatch.of(batch, adv, **oracle), key)
                     metrics = jax.block_until_ready(metrics)
                 t.state = state
                 step = int(state.step)

@@ -20,9 +20,9 @@ Each batch:
    stage grows its trees with fork groups instead (:attr:`~agentjax.train.runconfig.RunConfig.fork_collect`) and
    trains one row per fork group's rubric completion with its ranking advantage
    (:mod:`agentjax.train.rubric_stage`).
-4. One CISPO step on the stage's role tokens (:func:`agentjax.train.tree_update.make_tree_update`), which advances
+4. One CISPO step on the stage's role tokens (:func:`agentjax.train.update.make_update`), which advances
    the schedule; a batch without a sampled row (every root task filtered) trains nothing and does not advance it
-   (:func:`~agentjax.train.tree_update.skip_batch`). More than ``tree.max_skipped_batches`` such batches stop the
+   (:func:`~agentjax.train.update.skip_batch`). More than ``tree.max_skipped_batches`` such batches stop the
    run (:class:`NoSignalError`): the policy gets no learning signal (warm start it).
 5. One metrics line (``tree/`` root success, child label rate, nodes, depth histogram, invalid rate, rows;
    ``judge/`` calls and tokens; SERA's ``rubric/`` and ``grade/`` calls, tokens, failures and agreement;
@@ -67,9 +67,8 @@ from agentjax.train.runconfig import RunConfig
 from agentjax.train.schedule import STAGES, StageSchedule, stage_name
 from agentjax.train.state import TrainState, next_key, sync_model
 from agentjax.train.tree_credit import row_credit
-from agentjax.train.tree_update import make_tree_update, skip_batch
 from agentjax.train.tree_worlds import make_judge, world_factory
-from agentjax.train.update import check_nonfinite
+from agentjax.train.update import UpdateBatch, check_nonfinite, make_update, skip_batch
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ def setup_trees(run: RunConfig, *, resume: bool = False) -> TreeTrainer:
     tokenizer, model, tx, state = b.tokenizer, b.model, b.tx, b.state
     train_tasks, eval_tasks, checkpoints, resumed_from = b.train_tasks, b.eval_tasks, b.checkpoints, b.resumed_from
     return TreeTrainer(run=run, tokenizer=tokenizer, model=model, sampler=Sampler(model, tokenizer), state=state,
-                       update=make_tree_update(run.train, model, tx), schedule=stage_schedule(run),
+                       update=make_update(run.train, model, tx), schedule=stage_schedule(run),
                        train_tasks=train_tasks, eval_tasks=eval_tasks, checkpoints=checkpoints,
                        resumed_from=resumed_from)
 
@@ -305,8 +304,8 @@ def train_trees(run: RunConfig, *, resume: bool = False, stop_after: int | None 
                 metrics = {}
                 with timer("update"):
                     if signal:
-                        steps = steps.replace(row_mask=credit.sample, response_mask=credit.token_mask)
-                        state, metrics = t.update(state, steps, credit.advantage)
+                        state, metrics = t.update(state, UpdateBatch(steps, credit.advantage, row_mask=credit.sample,
+                                                                     token_mask=credit.token_mask), None)
                         metrics = jax.block_until_ready(metrics)
                     else:
                         state = skip_batch(state)

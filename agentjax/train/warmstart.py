@@ -66,10 +66,9 @@ from agentjax.agents.compact import templates
 from agentjax.models import Qwen, load_hf, save_hf
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices, turn_prompt
-from agentjax.train.compact import compact_rows
+from agentjax.train.compact import TREE_COMPACT_BUCKET, compact_rows
 from agentjax.train.config import LossConfig
 from agentjax.train.runconfig import RunConfig, WarmStart, config_hash
-from agentjax.train.tree_update import TREE_COMPACT_BUCKET
 from agentjax.train.update import forward_rows
 
 log = logging.getLogger(__name__)

@@ -110,7 +110,7 @@ from agentjax.train.advantages import compute_advantages  # noqa: E402
 from agentjax.train.config import RolloutConfig, TrainConfig  # noqa: E402
 from agentjax.train.presets import paper  # noqa: E402
 from agentjax.train.state import init_state, make_optimizer  # noqa: E402
-from agentjax.train.update import make_update  # noqa: E402
+from agentjax.train.update import UpdateBatch, make_update  # noqa: E402
 
 RESULTS = BENCH / "results" / "gpu_update.json"
 # HBM bandwidth from the data sheets (bytes/s), matched in order against jax's device_kind
@@ -341,19 +341,19 @@ def measure_update(train: TrainConfig, model: Qwen, batch: StepBatch, adv, micro
     print(f"update: first call (compile + 1 of {m_full} micro-batches)", flush=True)
     try:
         t0 = time.perf_counter()
-        state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(1)))
+        state, metrics = jax.block_until_ready(update(state, UpdateBatch.of(one, adv), jax.random.key(1)))
     except TraceContextError as err:  # fails while tracing: nothing ran, the state was not donated
         workaround = f"{type(err).__name__}: {err}"[:300]
         checkpoint_blocks()
         t0 = time.perf_counter()
-        state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(1)))
+        state, metrics = jax.block_until_ready(update(state, UpdateBatch.of(one, adv), jax.random.key(1)))
     first_s = time.perf_counter() - t0
     print(f"update: first call {first_s:.1f} s", flush=True)
     t0 = time.perf_counter()
-    state, metrics = jax.block_until_ready(update(state, one, adv, jax.random.key(2)))
+    state, metrics = jax.block_until_ready(update(state, UpdateBatch.of(one, adv), jax.random.key(2)))
     t1 = time.perf_counter() - t0
     t0 = time.perf_counter()
-    state, metrics = jax.block_until_ready(update(state, many, adv, jax.random.key(3)))
+    state, metrics = jax.block_until_ready(update(state, UpdateBatch.of(many, adv), jax.random.key(3)))
     tk = time.perf_counter() - t0
     per_mb = (tk - t1) / (k - 1) if k > 1 else tk
     est_full_s = tk if k == m_full else t1 + (m_full - 1) * per_mb

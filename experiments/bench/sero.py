@@ -152,16 +152,16 @@ def instrument(loop, sero, out_dir: str, reference: bool) -> None:
     def factory(*a, **kw):
         update = loop_make_update(*a, **kw)
 
-        def timed(state, batch, adv, key, oracle=None):
+        def timed(state, batch, key):
             t0, c0 = time.perf_counter(), compiles.seconds
             ref_s = None
-            if reference and oracle is not None:
+            if reference and batch.oracle is not None:
                 copy = jax.block_until_ready(jax.tree.map(jnp.copy, state))  # the update donates its state
                 t1 = time.perf_counter()
-                jax.block_until_ready(update(copy, batch, adv, key))
+                jax.block_until_ready(update(copy, batch.replace(oracle=None), key))
                 ref_s = time.perf_counter() - t1
             c1, t2 = compiles.seconds, time.perf_counter()
-            out = jax.block_until_ready(update(state, batch, adv, key, oracle=oracle))
+            out = jax.block_until_ready(update(state, batch, key))
             real_s, c2 = time.perf_counter() - t2, compiles.seconds
             mark["excluded"] += c1 - c0
             log("update.jsonl", ref_s=ref_s, real_s=real_s, extra_s=t2 - t0, compile_ref_s=c1 - c0,

@@ -129,6 +129,7 @@ def time_updates(run) -> list[dict]:
     from agentjax.train.compact import COMPACT_BUCKET, compact_rows
     from agentjax.train.loop import setup, task_stream
     from agentjax.train.state import next_key, sync_model
+    from agentjax.train.update import UpdateBatch
 
     t = setup(run)
     cfg, ro, arch = run.train, run.train.rollout, arch_of(run)
@@ -154,7 +155,7 @@ def time_updates(run) -> list[dict]:
             t_credit = time.perf_counter() - t0
             state, key = next_key(state)
             t0 = time.perf_counter()
-            state, metrics = t.update(state, batch, adv, key)
+            state, metrics = t.update(state, UpdateBatch.of(batch, adv), key)
             metrics = jax.block_until_ready(metrics)
             t_update = time.perf_counter() - t0
             t.state = state

@@ -13,7 +13,7 @@ from flax import nnx
 
 from agentjax.models import Qwen
 from agentjax.parallel import create_sharded, fsdp_tp, make_mesh
-from agentjax.train import compute_advantages, init_state, make_update
+from agentjax.train import UpdateBatch, compute_advantages, init_state, make_update
 from agentjax.train.config import CRBCCredit, ModelConfig
 from agentjax.train.loop import optimizer, train
 from agentjax.train.metrics import MetricsWriter
@@ -88,7 +88,7 @@ def test_paper_presets_shard_and_update_on_8_fake_devices(env, size):
     state = init_state(cfg, model, jax.random.key(0), tx)
     batch = token_batch(cfg, 0)
     adv = compute_advantages(cfg.credit, batch, cfg.rollout)
-    state, metrics = make_update(cfg, model, tx)(state, batch, adv, jax.random.key(1))
+    state, metrics = make_update(cfg, model, tx)(state, UpdateBatch.of(batch, adv), jax.random.key(1))
     assert int(state.step) == 1 and float(metrics["skipped"]) == 0 and float(metrics["grad_norm"]) > 0
     assert {len(x.sharding.device_set) for x in jax.tree.leaves(state.params)} == {8}
     before = nnx.state(Qwen(cfg.model.arch, rngs=nnx.Rngs(0)), nnx.Param)

@@ -17,6 +17,7 @@ from agentjax.train import (
     CorruptCheckpointWarning,
     PPOCredit,
     TrainConfig,
+    UpdateBatch,
     abstract_state,
     compute_advantages,
     fingerprint,
@@ -35,7 +36,7 @@ def run(update, state, batch, adv, n):
     """``n`` loop iterations: draw a key from the state's stream, update, advance the data position."""
     for _ in range(n):
         state, key = next_key(state)
-        state, _ = update(state, batch, adv, key)
+        state, _ = update(state, UpdateBatch.of(batch, adv), key)
         state = state.replace(data_position=state.data_position + 1)
     return state
 

@@ -146,7 +146,7 @@ def test_one_cispo_step_on_the_rubric_rows(forked):
     from agentjax.train.config import LossConfig, ModelConfig, OptimizerConfig, RolloutConfig, TrainConfig
     from agentjax.train.presets import tiny_tree_arch
     from agentjax.train.state import init_state, make_optimizer
-    from agentjax.train.tree_update import make_tree_update
+    from agentjax.train.update import UpdateBatch, make_update
     from tests.train.conftest import leaves_equal
 
     longest = max(len(g.child.rubric_call.prompt_ids) for g in forked.forks)
@@ -166,7 +166,8 @@ def test_one_cispo_step_on_the_rubric_rows(forked):
     tx = make_optimizer(config.optimizer)
     state = init_state(config, model, jax.random.key(0), tx, schedule=True)
     before = jax.tree.map(lambda x: x.copy(), state.params)
-    steps = rows.steps.replace(row_mask=row_credit.sample, response_mask=row_credit.token_mask)
-    state, metrics = make_tree_update(config, model, tx)(state, steps, row_credit.advantage)
+    batch = UpdateBatch(rows.steps, row_credit.advantage, row_mask=row_credit.sample,
+                        token_mask=row_credit.token_mask)
+    state, metrics = make_update(config, model, tx)(state, batch, None)
     assert float(metrics["tokens"]) == float(row_credit.stats["trained_tokens"]) > 0
     assert float(metrics["skipped"]) == 0 and not leaves_equal(before, state.params)

@@ -10,7 +10,7 @@ from flax import nnx
 
 from agentjax.models import Qwen
 from agentjax.parallel import fsdp_tp, make_mesh, shard_model
-from agentjax.train import Checkpointer, abstract_state, compute_advantages, init_state, make_update
+from agentjax.train import Checkpointer, UpdateBatch, abstract_state, compute_advantages, init_state, make_update
 from tests.train.conftest import leaves_equal
 
 
@@ -24,7 +24,8 @@ def test_sharded_update_equals_unsharded_and_keeps_shardings(tmp_path, tiny_conf
     for model in (tiny_model, sharded):  # the same initial values (Rngs(0)), placed differently
         state = init_state(tiny_config, model, jax.random.key(0), tiny_tx)
         shardings = jax.tree.map(lambda x: x.sharding, (state.params, state.opt_state))
-        state, metrics = make_update(tiny_config, model, tiny_tx)(state, tiny_batch, adv, jax.random.key(1))
+        state, metrics = make_update(tiny_config, model, tiny_tx)(state, UpdateBatch.of(tiny_batch, adv),
+                                                                  jax.random.key(1))
         results.append((state, metrics, shardings))
     (plain, m_plain, _), (split, m_split, before) = results
     assert any(len(x.sharding.device_set) == 8 for x in jax.tree.leaves(split.params))

@@ -34,7 +34,7 @@ from agentjax.train import (
     make_value_fn,
     next_key,
 )
-from agentjax.train.update import compact_rows
+from agentjax.train.update import UpdateBatch, compact_rows
 from tests.train.conftest import leaves_equal, token_batch
 
 METHODS = [GRPOCredit(), RLOOCredit(), PPOCredit(), GiGPOCredit(), HGPOCredit(), GraphGPOCredit(), CRBCCredit()]
@@ -53,8 +53,8 @@ def test_one_update_of_every_method_changes_params_and_lowers_the_loss(credit, t
     assert float(jnp.abs(adv.advantage).max()) > 0.0, "the batch must carry credit"
     before = jax.tree.map(jnp.copy, state.trainable)
     update = make_update(config, tiny_model, tiny_tx)
-    state, first = update(state, tiny_batch, adv, jax.random.key(1))
-    state, second = update(state, tiny_batch, adv, jax.random.key(2))  # its "loss" is at the updated params
+    state, first = update(state, UpdateBatch.of(tiny_batch, adv), jax.random.key(1))
+    state, second = update(state, UpdateBatch.of(tiny_batch, adv), jax.random.key(2))  # "loss": the updated params
     assert float(first["skipped"]) == 0.0 and float(second["skipped"]) == 0.0
     assert float(second["loss"]) < float(first["loss"])
     assert not leaves_equal(before["policy"], state.params)
@@ -82,7 +82,7 @@ def test_the_advantage_a_token_sees_is_the_kernels(tiny_model, tiny_tx, tiny_bat
     ref_b = np.where(real, ref_grt[np.where(real, g, 0), r, t], 0.0)
     np.testing.assert_allclose(adv.advantage, ref_b, rtol=1e-4, atol=1e-5)
     loss_fn = make_loss_fn(config, tiny_model)
-    grad = jax.grad(lambda old: loss_fn(state, tiny_batch.replace(behaviour_logp=old), adv)[0])(
+    grad = jax.grad(lambda old: loss_fn(state, UpdateBatch.of(tiny_batch.replace(behaviour_logp=old), adv))[0])(
         tiny_batch.behaviour_logp)
     trained = np.asarray(tiny_batch.response_mask & tiny_batch.row_mask[:, None])
     seen = np.asarray(grad) * trained.sum()
@@ -100,7 +100,8 @@ def test_micro_batches_accumulate_to_the_whole_batch_gradient(tiny_model, tiny_t
         config = TrainConfig.tiny(micro_batch_size=micro)
         state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
         adv = compute_advantages(config.credit, tiny_batch, config.rollout)
-        results.append(make_update(config, tiny_model, tiny_tx)(state, tiny_batch, adv, jax.random.key(1)))
+        results.append(make_update(config, tiny_model, tiny_tx)(state, UpdateBatch.of(tiny_batch, adv),
+                                                                  jax.random.key(1)))
     (s8, m8), (s40, m40) = results
     np.testing.assert_allclose(m8["loss"], m40["loss"], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(m8["grad_norm"], m40["grad_norm"], rtol=1e-5)
@@ -127,11 +128,11 @@ def test_padding_rows_contribute_nothing(tiny_config, tiny_model, tiny_tx, tiny_
     )
     garbage_adv = adv.replace(advantage=jnp.where(pad, 1e6, adv.advantage))
     update = make_update(tiny_config, tiny_model, tiny_tx)
-    clean, m_clean = update(init_state(tiny_config, tiny_model, jax.random.key(0), tiny_tx), tiny_batch, adv,
-                            jax.random.key(3))
+    clean, m_clean = update(init_state(tiny_config, tiny_model, jax.random.key(0), tiny_tx),
+                            UpdateBatch.of(tiny_batch, adv), jax.random.key(3))
     compiled = update._cache_size()
-    dirty, m_dirty = update(init_state(tiny_config, tiny_model, jax.random.key(0), tiny_tx), garbage, garbage_adv,
-                            jax.random.key(3))
+    dirty, m_dirty = update(init_state(tiny_config, tiny_model, jax.random.key(0), tiny_tx),
+                            UpdateBatch.of(garbage, garbage_adv), jax.random.key(3))
     assert float(m_dirty["skipped"]) == 0.0
     for a, b_ in zip(jax.tree.leaves(clean.params), jax.tree.leaves(dirty.params), strict=True):
         np.testing.assert_allclose(a, b_, rtol=1e-6, atol=1e-9)
@@ -149,7 +150,7 @@ def test_nonfinite_updates_are_skipped_counted_logged_and_stop_the_run(tiny_mode
     state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
     before = jax.tree.map(jnp.copy, (state.params, state.opt_state))
     update = make_update(config, tiny_model, tiny_tx)
-    state, metrics = update(state, poisoned, adv, jax.random.key(1))
+    state, metrics = update(state, UpdateBatch.of(poisoned, adv), jax.random.key(1))
     assert float(metrics["skipped"]) == 1.0 and int(state.nonfinite) == 1 and int(state.step) == 1
     assert not np.isfinite(float(metrics["loss"]))
     assert leaves_equal(before, (state.params, state.opt_state))  # nothing applied
@@ -157,11 +158,11 @@ def test_nonfinite_updates_are_skipped_counted_logged_and_stop_the_run(tiny_mode
         check_nonfinite(state, metrics, config)  # 1 skip is within the limit
     assert "skipped" in caplog.text and "non-finite" in caplog.text
     # a clean update after the skip is applied, and its lr is the first step's (skips do not advance schedules)
-    state, metrics = update(state, tiny_batch, adv.replace(advantage=jnp.nan_to_num(adv.advantage)),
+    state, metrics = update(state, UpdateBatch.of(tiny_batch, adv.replace(advantage=jnp.nan_to_num(adv.advantage))),
                             jax.random.key(2))
     assert float(metrics["skipped"]) == 0.0 and not leaves_equal(before[0], state.params)
     check_nonfinite(state, metrics, config)
-    state, metrics = update(state, poisoned, adv, jax.random.key(3))
+    state, metrics = update(state, UpdateBatch.of(poisoned, adv), jax.random.key(3))
     with pytest.raises(NonFiniteUpdateError, match="max_nonfinite_updates=1"):
         check_nonfinite(state, metrics, config)
 
@@ -182,8 +183,8 @@ def test_bad_batches_are_rejected_with_a_fix(tiny_model, tiny_tx, tiny_batch):
 
     odd = StepBatch.from_rows(36, 16, 16, group=np.zeros(3, np.int32), rollout=np.arange(3, dtype=np.int32))
     with pytest.raises(ValueError, match="micro_batch_size"):
-        make_loss_fn(config, tiny_model)(init_state(config, tiny_model, jax.random.key(0), tiny_tx), odd,
-                                         compute_advantages(config.credit, odd, config.rollout))
+        make_loss_fn(config, tiny_model)(init_state(config, tiny_model, jax.random.key(0), tiny_tx),
+                                         UpdateBatch.of(odd, compute_advantages(config.credit, odd, config.rollout)))
     with pytest.raises(ValueError, match="no value head"):
         make_value_fn(config, tiny_model)
 
@@ -246,8 +247,8 @@ def test_an_update_on_allowed_tokens_lowers_the_loss(tiny_config, tiny_model, ti
     state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
     adv = advantages_for(config, state, tiny_model, batch)
     update = make_update(config, tiny_model, tiny_tx)
-    state, first = update(state, batch, adv, jax.random.key(1))
-    state, second = update(state, batch, adv, jax.random.key(2))
+    state, first = update(state, UpdateBatch.of(batch, adv), jax.random.key(1))
+    state, second = update(state, UpdateBatch.of(batch, adv), jax.random.key(2))
     assert float(first["skipped"]) == 0.0 and float(second["loss"]) < float(first["loss"])
     assert float(first["ratio_mean"]) == pytest.approx(1.0, abs=1e-4)  # on-policy under the same renormalisation
     assert 0.0 < float(first["entropy"]) <= np.log(4) + 1e-5
@@ -262,24 +263,23 @@ def test_mini_batches_and_epochs_are_that_many_optimizer_steps(tiny_config, tiny
     state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
     reference = init_state(single, tiny_model, jax.random.key(0), tiny_tx)
     adv = advantages_for(config, state, tiny_model, tiny_batch)
-    state, metrics = make_update(config, tiny_model, tiny_tx)(state, tiny_batch, adv, jax.random.key(7))
+    state, metrics = make_update(config, tiny_model, tiny_tx)(state, UpdateBatch.of(tiny_batch, adv), jax.random.key(7))
     assert int(state.step) == 1 and float(metrics["skipped"]) == 0.0
     counts = [int(x) for x in jax.tree.leaves(state.opt_state) if getattr(x, "dtype", None) == jnp.int32]
     assert counts and all(c == 4 for c in counts)
     # the same four steps by hand: the rows each epoch dealt, one single-step update each
-    from agentjax.train.update import UpdateSpec, _mini_batch_rows, _pick_rows
+    from agentjax.train.update import UpdateSpec, _mini_batch_rows
 
     spec = UpdateSpec.of(config)
     step = make_update(single, tiny_model, tiny_tx)
+    whole = UpdateBatch.of(tiny_batch, adv)
     for epoch_key in jax.random.split(jax.random.key(7), 2):
         for idx in _mini_batch_rows(spec, tiny_batch.row_mask, epoch_key):
-            mb, ma = jax.tree.map(lambda x, idx=idx: x[idx], tiny_batch), _pick_rows(adv, idx)
-            assert int(mb.row_mask.sum()) in (int(tiny_batch.row_mask.sum()) // 2,
-                                              -(-int(tiny_batch.row_mask.sum()) // 2))  # real rows split evenly
+            mb = jax.tree.map(lambda x, idx=idx: x[idx], whole)
+            assert int(mb.steps.row_mask.sum()) in (int(tiny_batch.row_mask.sum()) // 2,
+                                                    -(-int(tiny_batch.row_mask.sum()) // 2))  # real rows split evenly
             big = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros_like(x)]), mb)  # full capacity, padded
-            big_adv = ma.replace(**{k: jnp.concatenate([getattr(ma, k), jnp.zeros_like(getattr(ma, k))])
-                                    for k in ("advantage", "returns", "values")})
-            reference, _ = step(reference, big, big_adv, None)
+            reference, _ = step(reference, big, None)
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(reference.params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
     with pytest.raises(ValueError, match="mini-batches of whole micro-batches"):
@@ -298,7 +298,7 @@ def test_a_remat_model_with_kl_updates_like_the_plain_one(tiny_config, tiny_mode
     for config, model in ((tiny_config, tiny_model), (remat_config, remat_model)):
         state = init_state(config, model, jax.random.key(0), tiny_tx)
         adv = advantages_for(config, state, model, tiny_batch)
-        state, metrics = make_update(config, model, tiny_tx)(state, tiny_batch, adv, jax.random.key(1))
+        state, metrics = make_update(config, model, tiny_tx)(state, UpdateBatch.of(tiny_batch, adv), jax.random.key(1))
         out.append((state.params, metrics))
     (p0, m0), (p1, m1) = out
     assert float(m1["skipped"]) == 0.0
@@ -355,7 +355,7 @@ def test_a_compacted_update_changes_no_number(tiny_model, tiny_tx, monkeypatch):
         config = base.replace(compact_rows=compact)
         state = init_state(config, tiny_model, jax.random.key(0), tiny_tx)
         adv = advantages_for(config, state, tiny_model, batch)
-        state, metrics = make_update(config, tiny_model, tiny_tx)(state, batch, adv, jax.random.key(1))
+        state, metrics = make_update(config, tiny_model, tiny_tx)(state, UpdateBatch.of(batch, adv), jax.random.key(1))
         out.append((state.params, metrics))
     (p0, m0), (p1, m1) = out
     for k in ("loss", "pg_loss", "kl", "entropy", "grad_norm", "ratio_mean", "tokens", "rows"):

@@ -1,7 +1,8 @@
-"""The tree update (CISPO, one optimizer step a batch) on the hand-built TreeBatch with a tiny Qwen3: under RAO's
-execution stage only execution-role tokens are trained (its gradient is the execution-only CISPO reference, and
-delegation tokens add nothing), the stage schedule advances on an applied step, a NaN step is skipped (parameters and
-schedule step unchanged), a batch without signal is skipped without an update."""
+"""The update of a tree method (RAO's config: CISPO, one optimizer step a batch) on the hand-built TreeBatch with a
+tiny Qwen3: under RAO's execution stage only execution-role tokens are trained (its gradient is the execution-only
+CISPO reference, and delegation tokens add nothing), the stage schedule advances on an applied step, a NaN step is
+skipped (parameters and schedule step unchanged), a batch without signal is skipped without an update; the config
+chooses the loss (CISPO for RAO, PPO-clip for a flat method)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,19 @@ from flax import nnx
 
 from agentjax.agents.grammar import Role
 from agentjax.models import Qwen
-from agentjax.train.config import LossConfig, ModelConfig, OptimizerConfig, RAOCredit, RolloutConfig, TrainConfig
+from agentjax.train.config import (
+    GRPOCredit,
+    LossConfig,
+    ModelConfig,
+    OptimizerConfig,
+    RAOCredit,
+    RolloutConfig,
+    TrainConfig,
+)
 from agentjax.train.presets import tiny_tree_arch
 from agentjax.train.state import init_state, make_optimizer
 from agentjax.train.tree_credit import row_credit
-from agentjax.train.tree_update import make_tree_grad_fn, make_tree_update, skip_batch
-from agentjax.train.update import forward_rows
+from agentjax.train.update import UpdateBatch, forward_rows, make_grad_fn, make_loss_fn, make_update, skip_batch
 from tests.train.conftest import leaves_equal
 from tests.train.tree_batches import hand_batch
 
@@ -77,7 +85,13 @@ def tx():
 
 @pytest.fixture(scope="module")
 def grad_fn(model):
-    return make_tree_grad_fn(CONFIG, model)
+    return make_grad_fn(CONFIG, model)
+
+
+def stage_batch(steps, credit, advantage=None):
+    """The update's batch of a stage: the sampled rows and their role tokens, with the credit's advantages."""
+    return UpdateBatch(steps, credit.advantage if advantage is None else advantage, row_mask=credit.sample,
+                       token_mask=credit.token_mask)
 
 
 @pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
@@ -85,9 +99,9 @@ def test_execution_stage_trains_execution_tokens_only(model, trained, grad_fn):
     batch, steps, credit = trained
     delegation = np.asarray(batch.role_mask(Role.DELEGATION)) & np.asarray(credit.sample)[:, None]
     assert credit.token_mask.any() and delegation.any()  # sampled rows hold delegation tokens: they must not train
-    grads, metrics = grad_fn(nnx.state(model, nnx.Param), steps.replace(row_mask=credit.sample,
-                                                                        response_mask=credit.token_mask),
-                             credit.advantage)
+    state = init_state(CONFIG, model, jax.random.key(0), make_optimizer(CONFIG.optimizer), schedule=True)
+    grads, metrics = grad_fn(state, stage_batch(steps, credit))
+    grads = grads["policy"]
     execution = credit.token_mask
     want = reference_grads(model, steps, credit.advantage, execution)
     assert close(grads, want)
@@ -102,18 +116,17 @@ def test_execution_stage_trains_execution_tokens_only(model, trained, grad_fn):
 def test_an_update_is_one_adam_step_advances_the_schedule_and_a_nan_step_is_skipped(model, trained, tx, grad_fn):
     _, steps, credit = trained
     state = init_state(CONFIG, model, jax.random.key(0), tx, schedule=True)
-    rows = steps.replace(row_mask=credit.sample, response_mask=credit.token_mask)
-    grads, _ = grad_fn(state.params, rows, credit.advantage)
-    updates, _ = tx.update({"policy": grads, "value_head": {}}, state.opt_state, state.trainable)
+    grads, _ = grad_fn(state, stage_batch(steps, credit))
+    updates, _ = tx.update(grads, state.opt_state, state.trainable)
     want = optax.apply_updates(state.trainable, updates)["policy"]
-    update = make_tree_update(CONFIG, model, tx)
-    state, metrics = update(state, rows, credit.advantage)
+    update = make_update(CONFIG, model, tx)
+    state, metrics = update(state, stage_batch(steps, credit), None)
     assert close(state.params, want)
     assert int(state.step) == 1 and int(state.schedule.step) == 1 and int(state.schedule.skipped) == 0
     assert float(metrics["skipped"]) == 0 and float(metrics["tokens"]) == float(credit.token_mask.sum())
     assert float(metrics["lr"]) == pytest.approx(1e-2)
     after = jax.tree.map(jnp.copy, state.params)
-    state, metrics = update(state, rows, jnp.where(credit.sample, jnp.nan, 0.0))
+    state, metrics = update(state, stage_batch(steps, credit, jnp.where(credit.sample, jnp.nan, 0.0)), None)
     assert float(metrics["skipped"]) == 1 and leaves_equal(after, state.params)
     counters = (state.step, state.schedule.step, state.schedule.skipped, state.nonfinite)
     assert tuple(map(int, counters)) == (2, 1, 1, 1)
@@ -121,6 +134,13 @@ def test_an_update_is_one_adam_step_advances_the_schedule_and_a_nan_step_is_skip
     assert (int(state.step), int(state.schedule.step), int(state.schedule.skipped)) == (3, 1, 2)
 
 
-def test_a_flat_method_has_no_tree_update(model):
-    with pytest.raises(ValueError, match="trains RAO"):
-        make_tree_update(TrainConfig.tiny(), model, make_optimizer(OptimizerConfig()))
+def test_the_config_chooses_the_loss(model, trained):
+    """RAO's config trains CISPO (no PPO-clip terms; a ratio clipped to [0, 5] only); the same rows under a flat
+    method's loss are PPO-clip, whose loss differs."""
+    _, steps, credit = trained
+    flat = CONFIG.replace(credit=GRPOCredit())
+    state = init_state(CONFIG, model, jax.random.key(0), make_optimizer(OptimizerConfig()))
+    cispo_loss, cispo = make_loss_fn(CONFIG, model)(state, stage_batch(steps, credit))
+    clip_loss, clip = make_loss_fn(flat, model)(state, stage_batch(steps, credit))
+    assert "pg_loss" not in cispo and "dual_clip_frac" not in cispo and "pg_loss" in clip
+    assert np.isfinite(float(cispo_loss)) and float(cispo_loss) != float(clip_loss)
