@@ -35,7 +35,8 @@ STAGE_ROLES = {"execution": Role.EXECUTION, "decomposition": Role.DELEGATION}
 
 @flax.struct.dataclass(frozen=True)
 class RowCredit:
-    """A stage's credit on the rows of a tree batch, as the tree update consumes it."""
+    """A stage's credit on the rows of a tree batch: the update trains ``UpdateBatch(steps, advantage,
+    row_mask=sample, token_mask=token_mask)`` (:class:`~agentjax.train.update.UpdateBatch`)."""
 
     advantage: Float[Array, " B"]  # [B] f32, the advantage × depth weight every trained token of the row sees
     sample: Bool[Array, " B"]  # [B] rows that train (real, of a trained node / event, in a kept root task)
