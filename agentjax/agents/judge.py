@@ -9,8 +9,8 @@ collector sends every child that stopped in a turn at once) and returns one :cla
   the target.
 - :class:`VerifierJudge` — a programmatic verifier over the engine's state, injected as a callable
   ``verify(goal, state) -> bool`` (TextWorld-Sync's subtask verifier; the offline default).
-- :class:`SamplerJudge` — a local checkpoint served by the project's own sampler (:class:`agentjax.models.Sampler`):
-  one batched generation for all requests, greedy by default.
+- :class:`SamplerJudge` — a local checkpoint served by a policy the caller passes in (the project's own sampler,
+  :class:`agentjax.models.Sampler`): one batched generation for all requests.
 - :class:`HTTPJudge` — an OpenAI-compatible ``/chat/completions`` endpoint through ``urllib`` (the paper's external
   LLM judge on TextWorld-Sync), one request per child on a few threads, retries on 429 / 5xx / network errors.
 
@@ -189,35 +189,24 @@ Parse = Callable[[str], Verdict]  # a judge answer -> verdict (ok=False when it 
 
 
 class SamplerJudge(Judge):
-    """A local checkpoint as judge, through the project's sampler: one ``generate`` call per batch.
+    """A local model as judge, through a policy the caller builds: one ``generate`` call per batch.
 
-    ``policy``: a :class:`agentjax.models.Sampler` (with its tokenizer), e.g. :meth:`from_checkpoint`. ``params``:
-    its :class:`~agentjax.models.SamplingParams` (default greedy, 256 new tokens, Qwen stop tokens). Prompts longer
+    ``policy``: anything with the collectors' policy protocol (:mod:`agentjax.rollout.policy`: ``tokenizer`` and
+    ``generate``), e.g. a checkpoint served by the project's sampler, ``Sampler(load_hf(folder),
+    load_tokenizer(folder))``. ``params``: its sampling parameters, e.g. greedy with 256 new tokens and the chat stop
+    tokens (``SamplingParams(temperature=0, max_new_tokens=256, stop_token_ids=CHAT_STOP_IDS)``). Prompts longer
     than ``max_prompt_tokens`` keep their last tokens (the question and the answer format sit at the end).
     """
 
-    def __init__(self, policy: Any, params: Any = None, *, key: Any = None, max_prompt_tokens: int = 4096,
+    def __init__(self, policy: Any, params: Any, *, key: Any = None, max_prompt_tokens: int = 4096,
                  require_finish: bool = True, messages: Messages = judge_messages, parse: Parse = parse_verdict):
         super().__init__(require_finish=require_finish)
         self.messages, self.parse = messages, parse
         import jax  # noqa: PLC0415 (the judge module stays importable without jax)
 
-        if params is None:
-            from agentjax.models import SamplingParams  # noqa: PLC0415
-            from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID  # noqa: PLC0415
-
-            params = SamplingParams(temperature=0.0, max_new_tokens=256, stop_token_ids=(IM_END_ID, ENDOFTEXT_ID),
-                                    prompt_bucket=256)
         self.policy, self.params, self.max_prompt_tokens = policy, params, max_prompt_tokens
         self._key = jax.random.key(0) if key is None else key
         self._count = 0
-
-    @classmethod
-    def from_checkpoint(cls, folder: str | os.PathLike, **kwargs: Any) -> SamplerJudge:
-        """A judge served from a Hugging Face checkpoint folder (weights and tokenizer)."""
-        from agentjax.models import Sampler, load_hf, load_tokenizer  # noqa: PLC0415
-
-        return cls(Sampler(load_hf(folder), load_tokenizer(folder)), **kwargs)
 
     def _judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
         import jax  # noqa: PLC0415

@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from agentjax.rollout.policy import constrained_choices  # noqa: F401 (the choices of these tries, on the host)
+
 NO_NODE = -1  # node of a row that left its trie (after a stop token); parent of padding edges
 
 
@@ -291,26 +293,6 @@ def max_branching(trie: TokenTrie) -> int:
     parent = np.asarray(trie.parent_be)
     counts = [np.unique(row[row >= 0], return_counts=True)[1] for row in parent]
     return int(max((c.max() for c in counts if c.size), default=1))
-
-
-def constrained_choices(replies: Sequence[Sequence[int]], stop_ids: Sequence[int],
-                        response: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """The tokens the constrained decoder allowed at each position of ``response`` (sorted): the next tokens of
-    the ``replies`` (token sequences) that agree with the prefix, plus ``stop_ids`` where one of them is complete
-    (this module's trie, on the host). Raises if ``response`` leaves the trie (a decoder bug, never expected)."""
-    out = []
-    live = [list(r) for r in replies]
-    stops = set(int(t) for t in stop_ids)
-    for j, token in enumerate(int(t) for t in response):
-        choices = {r[j] for r in live if len(r) > j}
-        if any(len(r) == j for r in live):
-            choices |= stops
-        if token not in choices:
-            raise ValueError(f"constrained_choices: token {token} at position {j} is none of the allowed "
-                             f"{sorted(choices)}: the response was not decoded under these replies")
-        out.append(tuple(sorted(choices)))
-        live = [r for r in live if len(r) > j and r[j] == token]
-    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------------- masking

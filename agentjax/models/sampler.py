@@ -39,6 +39,7 @@ from agentjax.models import constrain
 from agentjax.models.choose import choose
 from agentjax.models.qwen import KVCache, Qwen
 from agentjax.models.sampling import Finish, SampleOutput, SamplingParams, left_pad
+from agentjax.rollout.policy import batch_padding  # noqa: F401 (the collectors' batch padding, importable from here)
 
 
 @struct.dataclass(frozen=True)
@@ -277,18 +278,6 @@ def _decode(graphdef, weights, state: DecodeState, trie, stop_ids, max_new_b, un
     return jax.lax.while_loop(cond, body, state)
 
 
-def batch_padding(rows: int, bucket: int, *, pow2: bool = False) -> int:
-    """Dummy rows to add to a batch of ``rows``: up to a multiple of ``bucket``, or with ``pow2`` up to the next
-    power of two ≥ ``bucket`` (log₂(rows) batch shapes to compile instead of rows / bucket: at 128 eval episodes,
-    5 instead of 16)."""
-    if not pow2:
-        return -rows % bucket
-    size = bucket
-    while size < rows:
-        size *= 2
-    return size - rows
-
-
 class Sampler:
     """Generates from a :class:`Qwen` with a KV cache. Build once per model; ``generate`` per batch.
 
@@ -315,7 +304,7 @@ class Sampler:
         key: jax.Array,
         *,
         max_new_tokens: Sequence[int] | np.ndarray | None = None,
-        allowed: Sequence[Sequence[str]] | constrain.TokenTrie | None = None,
+        allowed: Sequence[Sequence[str | Sequence[int]]] | constrain.TokenTrie | None = None,
         max_trie_edges: int = 1024,
         row_keys: jax.Array | None = None,
         sparse: bool = False,
@@ -328,9 +317,10 @@ class Sampler:
           params: :class:`SamplingParams` (static: each distinct value compiles once).
           key: PRNG key.
           max_new_tokens: per-row limits (≤ ``params.max_new_tokens``); default the global one.
-          allowed: constrained decoding: per row, the strings it may emit (an empty list leaves the row free), or
-            a prebuilt :class:`~agentjax.models.constrain.TokenTrie`. A row then emits exactly one allowed string
-            followed by a stop token, which ``params.stop_token_ids`` must provide.
+          allowed: constrained decoding: per row, the strings it may emit or their token ids (an empty list leaves
+            the row free; :mod:`agentjax.rollout.policy`), or a prebuilt :class:`~agentjax.models.constrain.TokenTrie`.
+            A row then emits exactly one allowed string followed by a stop token, which ``params.stop_token_ids``
+            must provide.
           max_trie_edges: edge capacity of the trie built from strings (rounded up to a power of two).
           row_keys: [B] PRNG keys, one stream per row (row b draws its s-th token with ``fold_in(row_keys[b], s)``
             instead of ``key``): a row's sample then depends on its prompt and its key only, not on the other rows
@@ -360,11 +350,12 @@ class Sampler:
             if isinstance(allowed, constrain.TokenTrie):
                 trie = allowed
             else:
-                if self.tokenizer is None:
+                if self.tokenizer is None and any(isinstance(s, str) for row in allowed for s in row):
                     raise ValueError("allowed strings need a tokenizer: Sampler(model, tokenizer)")
                 if len(allowed) != b:
                     raise ValueError(f"allowed has {len(allowed)} rows for {b} prompts")
-                seqs = [[self.tokenizer.encode(s, add_special_tokens=False) for s in row] for row in allowed]
+                seqs = [[self.tokenizer.encode(s, add_special_tokens=False) if isinstance(s, str) else list(s)
+                         for s in row] for row in allowed]
                 needed = max((sum(len(q) for q in row) for row in seqs), default=1)
                 trie = constrain.build_trie(seqs, max_edges=max(max_trie_edges, needed),
                                             vocab_size=self.config.vocab_size)

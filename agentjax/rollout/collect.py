@@ -97,13 +97,11 @@ from agentjax.agents.projection import (
     project_textcraft,
     project_webshop,
 )
-from agentjax.agents.prompts import PromptTemplate, build_messages, encode_prompt
-from agentjax.models import constrain
-from agentjax.models.constrain import constrained_choices
-from agentjax.models.sampler import SampleOutput, SamplingParams, batch_padding
-from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.agents.prompts import PromptTemplate, build_messages
 from agentjax.rollout.batch import NO_ID, StepBatch
+from agentjax.rollout.calls import ReplyTokens, encode_messages, generate_batch, tokenizer_of
 from agentjax.rollout.ids import group_local_ids
+from agentjax.rollout.policy import CHAT_STOP_IDS, Policy, SampleOutput, SamplingParams, Tokenizer, constrained_choices
 from agentjax.rollout.records import Episode, Rollouts, Turn
 from agentjax.rollout.stats import RolloutStats, summarize
 from envs.base import Obs, Task
@@ -126,15 +124,6 @@ SAMPLE_SEED_SALT = 0x5A3D_5EED  # sample seeds: fold_in(fold_in(key, SALT), slot
 
 
 @runtime_checkable
-class Policy(Protocol):
-    """What the collector needs of a policy: :class:`~agentjax.models.Sampler`'s ``generate`` and tokenizer."""
-
-    tokenizer: Any  # apply_chat_template / encode / decode (transformers)
-
-    def generate(self, prompts: Any, params: Any, key: Any, **kwargs: Any) -> SampleOutput: ...
-
-
-@runtime_checkable
 class Pool(Protocol):
     """What the collector needs of an env pool (:class:`envs.pool.EnvPool`, :class:`envs.pool.SerialPool`)."""
 
@@ -143,9 +132,6 @@ class Pool(Protocol):
     def reset(self, tasks: Any) -> Any: ...
 
     def step(self, actions: Any) -> Any: ...
-
-
-_QWEN_STOPS = (IM_END_ID, ENDOFTEXT_ID)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +143,7 @@ class CollectConfig:
     history_length: int = 2  # (observation, action) records shown in the prompt (METHODS.md: 2)
     prompt: Literal["verl-agent", "compact"] = "verl-agent"  # the template set (agentjax.agents.compact)
     row_keys: bool = False  # one sampling stream per slot and turn (common random numbers; evaluation uses it)
-    sampling: SamplingParams = SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=_QWEN_STOPS,
+    sampling: SamplingParams = SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=CHAT_STOP_IDS,
                                               prompt_bucket=256)  # max_new_tokens is the response capacity Lr
     max_prompt_tokens: int = 2048  # the prompt capacity Lp of the StepBatch
     truncation: Literal["error", "left"] = "error"  # what to do with a longer prompt
@@ -200,7 +186,7 @@ class CollectConfig:
                              f"{self.invalid_penalty}")
         if self.constrained and not self.sampling.stop_token_ids:
             raise ValueError("CollectConfig.constrained needs sampling.stop_token_ids: a constrained reply ends with "
-                             "a stop token, e.g. SamplingParams(stop_token_ids=(IM_END_ID,))")
+                             "a stop token, e.g. SamplingParams(stop_token_ids=CHAT_STOP_IDS)")
         if self.masked_logp and not self.constrained:
             raise ValueError("CollectConfig.masked_logp trains on the constrained decoder's distribution; it needs "
                              "constrained=True")
@@ -239,18 +225,7 @@ class CollectConfig:
         return cls(**(dict(max_steps=15, max_prompt_tokens=1024) | kw))
 
 
-# ------------------------------------------------------------------------------------------------ host records
-
-
 # ------------------------------------------------------------------------------------------------ the loop
-
-
-def _tokenizer_of(policy: Policy) -> Any:
-    tokenizer = getattr(policy, "tokenizer", None)
-    if tokenizer is None:
-        raise ValueError("collect: the policy has no tokenizer; build it as Sampler(model, tokenizer) "
-                         "(prompts are chat-encoded and replies decoded with it)")
-    return tokenizer
 
 
 def _lookup(table: Mapping[str, Any], env: str, what: str, arg: str) -> Any:
@@ -259,43 +234,13 @@ def _lookup(table: Mapping[str, Any], env: str, what: str, arg: str) -> Any:
     return table[env]
 
 
-def turn_prompt(tokenizer: Any, template: PromptTemplate, obs: Obs, history: Sequence[tuple[str, str]], step: int,
+def turn_prompt(tokenizer: Tokenizer, template: PromptTemplate, obs: Obs, history: Sequence[tuple[str, str]], step: int,
                 config: CollectConfig, where: str) -> tuple[list[int], bool]:
     """The prompt ids of one turn exactly as the collector builds them (template, the last ``history_length``
     records, chat encoding, truncation) and whether it was cut; SERO rebuilds its oracle steps' prompts with it."""
     messages = build_messages(template, obs, list(history), step, config.history_length)
-    return _encode(tokenizer, messages, config, where)
-
-
-def _encode(tokenizer: Any, messages: list[dict[str, str]], config: CollectConfig,
-            where: str) -> tuple[list[int], bool]:
-    ids = encode_prompt(tokenizer, messages)
-    if len(ids) <= config.max_prompt_tokens:
-        return ids, False
-    if config.truncation == "error":
-        raise ValueError(f"collect: the prompt of {where} has {len(ids)} tokens, more than max_prompt_tokens="
-                         f"{config.max_prompt_tokens}; raise max_prompt_tokens, lower history_length, or set "
-                         "truncation='left' (keeps the last max_prompt_tokens tokens)")
-    return ids[len(ids) - config.max_prompt_tokens:], True
-
-
-def _constraint(tokenizer: Any, allowed: list[list[str]], config: CollectConfig, vocab_size: int | None,
-                cache: dict[str, list[int]]) -> constrain.TokenTrie:
-    """The trie of the allowed replies of each row; checks that every reply and its stop token fit."""
-    rows = []
-    for strings in allowed:
-        row = []
-        for s in strings:
-            if s not in cache:
-                cache[s] = list(tokenizer.encode(s, add_special_tokens=False))
-            ids = cache[s]
-            if len(ids) + 1 > config.max_response_tokens:
-                raise ValueError(f"collect: the constrained reply {s!r} needs {len(ids)} tokens and a stop token, "
-                                 f"more than sampling.max_new_tokens={config.max_response_tokens}; raise it")
-            row.append(ids)
-        rows.append(row)
-    needed = max((sum(len(q) for q in row) for row in rows), default=1)
-    return constrain.build_trie(rows, max_edges=max(config.max_trie_edges, needed), vocab_size=vocab_size)
+    return encode_messages(tokenizer, messages, max_prompt_tokens=config.max_prompt_tokens,
+                           truncation=config.truncation, where=where)
 
 
 def sample_seeds(key: jax.Array, num_slots: int, offset: int = 0) -> list[int]:
@@ -368,7 +313,8 @@ def run_episodes(
       pool: an :class:`envs.pool.EnvPool` / :class:`envs.pool.SerialPool` with at least ``len(tasks) * G`` slots
         (the first ``len(tasks) * G`` are used, the rest stay idle); it is reset here.
       tasks: the tasks of the batch, one group each.
-      policy: a :class:`~agentjax.models.Sampler` (or anything with its ``generate`` and ``tokenizer``).
+      policy: a policy of :mod:`agentjax.rollout.policy` (``generate`` and ``tokenizer``; e.g.
+        :class:`~agentjax.models.Sampler`).
       config: :class:`CollectConfig`.
       key: PRNG key; turn ``t`` samples with ``fold_in(key, t)``.
       template: the prompt template for every task (default: ``config.prompt``'s template of ``task.env``).
@@ -384,7 +330,7 @@ def run_episodes(
     t_start = time.perf_counter()
     if not tasks:
         raise ValueError("collect: no tasks")
-    tokenizer = _tokenizer_of(policy)
+    tokenizer = tokenizer_of(policy)
     g_size = config.group_size
     n = len(tasks) * g_size
     if pool.num_slots < n:
@@ -396,7 +342,6 @@ def run_episodes(
     table = templates(config.prompt)
     templates_ = [template or _lookup(table, t.env, "prompt template", "template") for t in tasks]
     projectors = [projector or _lookup(PROJECTORS, t.env, "projector", "projector") for t in tasks]
-    vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
     require_think = config.require_think and not config.constrained
     prompt_s = generate_s = env_s = 0.0
 
@@ -410,7 +355,7 @@ def run_episodes(
     turns: list[list[Turn]] = [[] for _ in range(n)]
     live = list(range(n))
     live_per_call, padded_per_call = [], []
-    token_cache: dict[str, list[int]] = {}
+    reply_tokens = ReplyTokens(tokenizer)
 
     for step in range(config.max_steps):
         if not live:
@@ -424,31 +369,24 @@ def run_episodes(
                                    f"slot {slot} (task {tasks[g].task_id!r}, step {step})")
             prompts.append(ids)
             truncated.append(cut)
-        pad = batch_padding(len(live), config.batch_bucket, pow2=config.pow2_batches)
-        allowed, rows = None, None
+        allowed = None
         if config.constrained:
-            rows = [[config.constrained_format.format(action=a) for a in (obs[s].admissible or ())] for s in live]
-            # dummy rows copy the first row's constraint: every row constrained lets the sampler take the allowed
-            # tokens only (sparse, or the dense path's draws: Sampler.generate); their replies are dropped
-            dummy = [rows[0]] * pad
-            allowed = _constraint(tokenizer, rows + dummy, config, vocab_size, token_cache)
+            allowed = reply_tokens.rows([[config.constrained_format.format(action=a) for a in obs[s].admissible or ()]
+                                         for s in live], config.max_response_tokens)
         prompt_s += time.perf_counter() - t0
 
-        # 2. one batched policy call
+        # 2. one batched policy call; with row_keys slot s samples at turn t from fold_in(fold_in(key, t), s),
+        # whoever else is still playing
         t0 = time.perf_counter()
-        limits = np.array([config.max_response_tokens] * len(live) + [1] * pad, np.int32)
-        turn_key = jax.random.fold_in(key, step)
-        extra = {"sparse": True, "dense_draws": config.dense_draws} if config.sparse_logits and all(rows) else {}
-        if config.row_keys:  # slot s, turn t: fold_in(fold_in(key, t), s), whoever else is still playing
-            extra["row_keys"] = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
-                turn_key, np.asarray(live + [n] * pad, np.uint32) + np.uint32(slot_offset))
-        out = policy.generate(prompts + [prompts[0]] * pad, config.sampling, turn_key, max_new_tokens=limits,
-                              allowed=allowed, **extra)
+        out, pad = generate_batch(policy, prompts, config.sampling, jax.random.fold_in(key, step),
+                                  bucket=config.batch_bucket, pow2=config.pow2_batches, allowed=allowed,
+                                  max_trie_edges=config.max_trie_edges, sparse=config.sparse_logits,
+                                  dense_draws=config.dense_draws,
+                                  row_ids=[slot_offset + s for s in live] if config.row_keys else None,
+                                  pad_row_id=slot_offset + n)
         generate_s += time.perf_counter() - t0
         live_per_call.append(len(live))
         padded_per_call.append(len(live) + pad)
-        if out.texts is None:
-            raise ValueError("collect: the policy returned no texts; give the Sampler a tokenizer")
 
         snaps = [None] * len(live)
         if config.snapshots:  # the state the policy just read, before its action (a failed snapshot: the error)
@@ -468,9 +406,8 @@ def run_episodes(
 
         still_live = []
         for i, slot in enumerate(live):
-            replies = [token_cache[r] for r in rows[i]] if rows is not None else None
             turn = _make_turn(step, obs[slot], prompts[i], truncated[i], out, i, projected[i], results[slot], config,
-                              replies, snaps[i])
+                              None if allowed is None else allowed[i], snaps[i])
             turns[slot].append(turn)
             history[slot].append((obs[slot].text, turn.projected.action))
             obs[slot] = turn.next_obs

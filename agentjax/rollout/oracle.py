@@ -50,9 +50,11 @@ from jaxtyping import Array, Bool, Float
 
 from agentjax.agents.compact import templates
 from agentjax.agents.prompts import PromptTemplate
-from agentjax.models.constrain import constrained_choices
 from agentjax.rollout.batch import StepBatch
-from agentjax.rollout.collect import PROJECTORS, CollectConfig, Projector, Rollouts, turn_prompt
+from agentjax.rollout.calls import ReplyTokens
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, Projector, turn_prompt
+from agentjax.rollout.policy import Tokenizer, constrained_choices
+from agentjax.rollout.records import Rollouts
 from envs.base import Obs, Task
 from envs.pool import WorkerCrashError, WorkerTimeoutError, timed_out
 
@@ -169,15 +171,10 @@ def _mismatch(restored: Obs, record: Obs) -> str:
 class _Serialiser:
     """The oracle's action as the policy's reply: token ids, command-token mask, the constrained choices."""
 
-    def __init__(self, tokenizer: Any, config: CollectConfig):
+    def __init__(self, tokenizer: Tokenizer, config: CollectConfig):
         self.tokenizer, self.config = tokenizer, config
         self.stop = int(config.sampling.stop_token_ids[0]) if config.sampling.stop_token_ids else None
-        self.cache: dict[str, list[int]] = {}
-
-    def ids(self, reply: str) -> list[int]:
-        if reply not in self.cache:
-            self.cache[reply] = list(self.tokenizer.encode(reply, add_special_tokens=False))
-        return self.cache[reply]
+        self.ids = ReplyTokens(tokenizer)
 
     def __call__(self, action: str, admissible: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray, Any] | str:
         """(reply ids, command mask, allowed ids) or the reason the policy could not emit the action."""
@@ -209,7 +206,7 @@ def run_branches(
     pool: Any,
     slots: Sequence[int],
     roots: Sequence[RootRecord],
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     config: CollectConfig,
     *,
     template: PromptTemplate | None = None,

@@ -24,7 +24,7 @@ class Turn:
     response_ids: np.ndarray  # [n] int32 generated tokens, the stop token included when there is one
     logp: np.ndarray  # [n] float32 log-prob at τ without the constraint mask
     logp_masked: np.ndarray  # [n] float32 log-prob under the (constrained) sampling distribution
-    finish: int  # a models.sampler.Finish
+    finish: int  # a rollout.policy.Finish
     reply: str  # the decoded response (without the stop token)
     projected: Projected  # the action sent to the env, the projection's verdict and reason
     next_obs: Obs  # the observation after the step

@@ -10,12 +10,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from agentjax.models.sampler import Finish
-
-if TYPE_CHECKING:
-    from agentjax.rollout.collect import Rollouts
+from agentjax.rollout.policy import Finish
+from agentjax.rollout.records import Rollouts
 
 NO_TASK_TYPE = "all"  # the key of tasks without ``meta["task_type"]`` in ``success_by_task_type``
 

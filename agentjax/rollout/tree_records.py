@@ -7,7 +7,6 @@ collection). Row layout and rewards: :mod:`agentjax.rollout.tree_collect`'s docs
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,11 +15,9 @@ from agentjax.agents.tree import NO_PARENT, Status, Tree
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.ids import group_local_ids
 from agentjax.rollout.tree_batch import TreeArrays, TreeBatch
+from agentjax.rollout.tree_config import TreeCollectConfig
 from agentjax.rollout.tree_rubrics import ForkGroup
 from agentjax.rollout.tree_search import SearchGroup, search_stats
-
-if TYPE_CHECKING:
-    from agentjax.rollout.tree_collect import TreeCollectConfig
 
 
 @dataclasses.dataclass(frozen=True)

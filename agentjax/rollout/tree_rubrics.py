@@ -26,7 +26,7 @@ the child's verifier label — demonstrations of the formats. With ``constrained
 constrained node replies) the writer chooses among :func:`~agentjax.agents.rubric.rubric_choices` (the reference
 rubric under four weightings) and the grader among :func:`~agentjax.agents.rubric.grade_choices` (failure, or
 success at four levels); a teacher's grade is the nearest of them, and with ``one_pass`` a policy that has
-``choose`` (:meth:`~agentjax.models.sampler.Sampler.choose`) scores the whole answers in one teacher-forced pass
+``choose`` (:class:`~agentjax.rollout.policy.Chooser`; the sampler has it) scores the whole answers in one pass
 instead of a decode step per token (the same distribution). :class:`RubricCounters` counts calls, requests,
 tokens, failures and the agreement of the policy's success flag with the verifier's label (``grade/agreement``, the
 calibration the rubric stage trains).
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -64,11 +63,8 @@ from agentjax.agents.rubric import (
     rubric_messages,
 )
 from agentjax.agents.tree import Node, PolicyCall, Tree, TreeWorld
-from agentjax.models.sampler import Finish, SampleOutput, SamplingParams, batch_padding
-from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
-from agentjax.rollout.collect import CollectConfig, _constraint
-
-_STOPS = (IM_END_ID, ENDOFTEXT_ID)
+from agentjax.rollout.calls import ReplyTokens, generate_batch, scripted_output
+from agentjax.rollout.policy import CHAT_STOP_IDS, Chooser, Policy, SamplingParams, Tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +72,9 @@ class RubricConfig:
     """How the collector writes and grades rubrics (module docstring)."""
 
     reading: Reading = "final"  # a child's reward: the grade's final score (released) or gate · Σ w s (paper)
-    writing: SamplingParams = SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=_STOPS,
+    writing: SamplingParams = SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=CHAT_STOP_IDS,
                                              prompt_bucket=256)
-    grading: SamplingParams = SamplingParams(temperature=0.0, max_new_tokens=256, stop_token_ids=_STOPS,
+    grading: SamplingParams = SamplingParams(temperature=0.0, max_new_tokens=256, stop_token_ids=CHAT_STOP_IDS,
                                              prompt_bucket=256)
     max_prompt_tokens: int = 4096  # longer prompts keep their last tokens (the request and the format sit there)
     min_criteria: int = MIN_CRITERIA
@@ -183,45 +179,22 @@ class RubricCounters:
         return out
 
 
-def scripted_output(tokenizer: Any, texts: Sequence[str], max_new_tokens: int, stop_id: int | None) -> SampleOutput:
-    """``texts`` as a :class:`SampleOutput` (each encoded, the stop token appended, log-probs 0): a teacher's replies
-    in place of sampled ones."""
-    tokens = np.zeros((len(texts), max_new_tokens), np.int32)
-    length = np.zeros(len(texts), np.int32)
-    for i, text in enumerate(texts):
-        ids = list(tokenizer.encode(text, add_special_tokens=False)) + ([stop_id] if stop_id is not None else [])
-        if len(ids) > max_new_tokens:
-            raise ValueError(f"a scripted reply needs {len(ids)} tokens, more than max_new_tokens={max_new_tokens}; "
-                             "raise it")
-        tokens[i, : len(ids)], length[i] = ids, len(ids)
-    zeros = np.zeros((len(texts), max_new_tokens), np.float32)
-    return SampleOutput(tokens_bt=tokens, logp_bt=zeros, logp_unmasked_bt=zeros, length_b=length,
-                        finish_b=np.full(len(texts), int(Finish.STOP_TOKEN), np.int32), texts=list(texts))
-
-
-def _calls(policy: Any, tokenizer: Any, messages: list[list[dict[str, str]]], texts: list[str] | None,
+def _calls(policy: Policy, tokenizer: Tokenizer, messages: list[list[dict[str, str]]], texts: list[str] | None,
            choices: list[list[str]] | None, params: SamplingParams, config: RubricConfig, key: jax.Array
            ) -> list[PolicyCall]:
-    """One batched generate call (or the scripted ``texts``) for ``messages``, over ``choices`` when given
-    (constrained decoding); a :class:`PolicyCall` each."""
+    """One batched policy call (or the scripted ``texts``) for ``messages``, over ``choices`` when given
+    (constrained decoding; ``sparse_logits``: the same constrained distribution and log-probs, other random numbers);
+    a :class:`PolicyCall` each."""
     prompts = [encode_prompt(tokenizer, m)[-config.max_prompt_tokens:] for m in messages]
     if texts is not None:
         stop = params.stop_token_ids[0] if params.stop_token_ids else None
         out = scripted_output(tokenizer, texts, params.max_new_tokens, stop)
-    elif choices is not None and config.one_pass and hasattr(policy, "choose"):  # the same distribution
+    elif choices is not None and config.one_pass and isinstance(policy, Chooser):  # the same distribution
         out = policy.choose(prompts, choices, params, key)
     else:
-        pad = batch_padding(len(prompts), config.batch_bucket)
-        extra = {}
-        if choices is not None:
-            flat = CollectConfig(sampling=params, max_trie_edges=config.max_trie_edges)
-            vocab_size = getattr(getattr(policy, "config", None), "vocab_size", None)
-            extra["allowed"] = _constraint(tokenizer, choices + [choices[0]] * pad, flat, vocab_size, {})
-            if config.sparse_logits:  # the same constrained distribution and log-probs, other random numbers
-                extra["sparse"] = True
-        out = policy.generate(prompts + [prompts[0]] * pad, params, key, **extra)
-        if out.texts is None:
-            raise ValueError("collect_trees: the policy returned no texts; give the Sampler a tokenizer")
+        allowed = None if choices is None else ReplyTokens(tokenizer).rows(choices, params.max_new_tokens)
+        out, _ = generate_batch(policy, prompts, params, key, bucket=config.batch_bucket, allowed=allowed,
+                                max_trie_edges=config.max_trie_edges, sparse=config.sparse_logits)
     calls = []
     for j, prompt in enumerate(prompts):
         n = int(out.length_b[j])
@@ -240,8 +213,8 @@ def rubric_request(world: TreeWorld, tree: Tree, child: Node) -> RubricRequest:
                          state=seen.final_state, tools=getattr(world, "tools", ""), budget=child.budget)
 
 
-def write_rubrics(policy: Any, tokenizer: Any, jobs: Sequence[tuple[TreeWorld, Tree, Node]], config: RubricConfig,
-                  key: jax.Array, counters: RubricCounters, *, teacher: bool = False) -> None:
+def write_rubrics(policy: Policy, tokenizer: Tokenizer, jobs: Sequence[tuple[TreeWorld, Tree, Node]],
+                  config: RubricConfig, key: jax.Array, counters: RubricCounters, *, teacher: bool = False) -> None:
     """Each child of ``jobs`` (world, tree, child just launched) gets its frozen rubric, or None (module docstring)."""
     if not jobs:
         return
@@ -264,8 +237,8 @@ def write_rubrics(policy: Any, tokenizer: Any, jobs: Sequence[tuple[TreeWorld, T
             counters.rubric_failures += 1
 
 
-def grade_children(policy: Any, tokenizer: Any, jobs: Sequence[tuple[Node, JudgeRequest]], config: RubricConfig,
-                   key: jax.Array, counters: RubricCounters, *, teacher: bool = False) -> None:
+def grade_children(policy: Policy, tokenizer: Tokenizer, jobs: Sequence[tuple[Node, JudgeRequest]],
+                   config: RubricConfig, key: jax.Array, counters: RubricCounters, *, teacher: bool = False) -> None:
     """Each stopped child of ``jobs`` (child, its judge request) gets its grade and score (module docstring). Call
     after the judge, so that ``Node.label`` is set (the teacher's grades and the agreement counter read it)."""
     asked = []
@@ -309,4 +282,4 @@ def grade_children(policy: Any, tokenizer: Any, jobs: Sequence[tuple[Node, Judge
 
 
 __all__ = ["ForkConfig", "ForkGroup", "RubricConfig", "RubricCounters", "grade_children", "open_fork_group",
-           "rubric_request", "scripted_output", "write_rubrics"]
+           "rubric_request", "write_rubrics"]

@@ -28,8 +28,20 @@ from agentjax.agents.judge import (
     judge_messages,
     parse_verdict,
 )
-from agentjax.models import Finish, Qwen, QwenConfig, SampleOutput, SamplingParams, load_tokenizer, save_hf
+from agentjax.models import (
+    Finish,
+    Qwen,
+    QwenConfig,
+    SampleOutput,
+    Sampler,
+    SamplingParams,
+    load_hf,
+    load_tokenizer,
+    save_hf,
+)
 from agentjax.models.tokenizer import IM_END_ID
+
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=256, stop_token_ids=(IM_END_ID,), prompt_bucket=256)
 
 
 def request(goal="craft 2x a", finished=True, start=None, end=None, targets=None, state=None) -> JudgeRequest:
@@ -120,7 +132,7 @@ class ScriptedPolicy:
 
 def test_sampler_judge_one_generate_call_per_batch_and_token_counts(tokenizer):
     policy = ScriptedPolicy(tokenizer, ['{"success": true}', "no idea", '{"success": false, "reason": "short"}'])
-    judge = SamplerJudge(policy)
+    judge = SamplerJudge(policy, GREEDY)
     verdicts = judge([request(), request(), request(finished=False), request()])
     assert policy.calls == [3]  # the unfinished child is not asked
     assert [(v.success, v.ok) for v in verdicts] == [(True, True), (False, False), (False, True), (False, True)]
@@ -136,7 +148,7 @@ def test_sampler_judge_served_from_a_tiny_random_checkpoint(tokenizer, tmp_path)
     config = QwenConfig.tiny_qwen3(vocab_size=151_936, d_model=32, mlp_dim=64, num_layers=1, head_dim=8)
     save_hf(Qwen(config, rngs=nnx.Rngs(0)), tmp_path / "judge", tokenizer=tokenizer)
     params = SamplingParams(temperature=0.0, max_new_tokens=6, stop_token_ids=(IM_END_ID,), prompt_bucket=256)
-    judge = SamplerJudge.from_checkpoint(tmp_path / "judge", params=params)
+    judge = SamplerJudge(Sampler(load_hf(tmp_path / "judge"), load_tokenizer(tmp_path / "judge")), params)
     verdicts = judge([request(), request(goal="craft 1x b")])
     assert len(verdicts) == 2 and not any(v.ok for v in verdicts)  # a random model writes no JSON verdict
     m = judge.metrics

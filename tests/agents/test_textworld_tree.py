@@ -292,7 +292,8 @@ def test_parse_yes_no(text, expected):
 def test_the_judging_prompt_path_with_a_stub(tokenizer):
     answers = iter(["Yes.", "I cannot tell."])
     stub = Scripted(tokenizer, lambda prompt: next(answers))
-    judge = SamplerJudge(stub, messages=sync_judge_messages, parse=parse_yes_no, require_finish=False)
+    judge = SamplerJudge(stub, TEACH.sampling, messages=sync_judge_messages, parse=parse_yes_no,
+                         require_finish=False)
     replies = {0: [delegate("Prepare and eat dish_2.", "Prepare and eat dish_1.")] + ["<finish>done</finish>"],
                1: ["<action>go to garden</action>", "<action>take banana</action>", "<finish>took it</finish>"],
                2: ["<action>inventory</action>"] * 2 + ["<finish>nothing</finish>"]}  # both stop in one turn

@@ -24,8 +24,9 @@ from agentjax.agents.textcraft_tree import PlannerTeacher, TextCraftTreeWorld
 from agentjax.agents.tree import TreeLimits, render_tree
 from agentjax.models import SamplingParams, load_tokenizer
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
+from agentjax.rollout.calls import scripted_output
 from agentjax.rollout.tree_collect import TreeCollectConfig, run_trees, to_tree_batch, tree_stats
-from agentjax.rollout.tree_rubrics import RubricConfig, scripted_output
+from agentjax.rollout.tree_rubrics import RubricConfig
 from envs.textcraft import TextCraftSynthEnv
 
 STOPS = (IM_END_ID, ENDOFTEXT_ID)
