@@ -220,6 +220,8 @@ def _train(argv: Sequence[str]) -> int:
     prog = "agentjax train"
     try:
         run, args = build_run(argv, prog)
+        if not args.dry_run:
+            run.check_tasks()  # the data: before the run folder is made
     except (ValueError, FileNotFoundError, TypeError, NotImplementedError) as e:
         return _fail(prog, e)
     if args.dry_run:
@@ -227,14 +229,20 @@ def _train(argv: Sequence[str]) -> int:
         return 0
     import logging
 
-    from agentjax.train.checkpoint import RunFolderBusy
+    from agentjax.train.checkpoint import CheckpointError, RunFolderBusy
     from agentjax.train.loop import train
+    from agentjax.train.update import NonFiniteUpdateError
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # force: absl (which orbax imports) has already given the root logger a WARNING-level handler, which would hide
+    # the INFO lines (the checkpoint a run resumed from)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     try:
         summary = train(run, resume=args.resume)
-    except (FileExistsError, RunFolderBusy) as e:
+    except (FileExistsError, RunFolderBusy, CheckpointError) as e:  # before any update
         return _fail(prog, e)
+    except NonFiniteUpdateError as e:  # the run stopped; its metrics lines and checkpoints are written
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
     summary.pop("params", None)
     print(json.dumps(summary, indent=1, default=str))
     return 0

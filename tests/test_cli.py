@@ -314,3 +314,31 @@ def test_a_run_folder_another_process_trains_is_refused(capsys, tmp_path):
     with run_folder_lock(str(tmp_path)):
         code, _, err = run_cli(capsys, *BASE, "--out-dir", str(tmp_path))
     assert code == 2 and f"{tmp_path} is being trained by pid {os.getpid()}" in err
+
+
+def test_missing_data_and_too_few_tasks_are_one_line_errors_before_the_run_folder(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTJAX_DATA", str(tmp_path / "nowhere"))
+    out_dir = tmp_path / "run"
+    code, out, err = run_cli(capsys, "train", "--method", "grpo", "--env", "textcraft", "--preset", "tiny",
+                             "--out-dir", str(out_dir))
+    assert code == 2 and not out and err.count("\n") == 1 and "AGENTJAX_DATA" in err, err
+    code, out, err = run_cli(capsys, *BASE, "--eval-tasks", "100000", "--out-dir", str(out_dir))
+    assert code == 2 and err.count("\n") == 1 and "eval_tasks=100000 but sokoban valid has 500 tasks" in err, err
+    assert not out_dir.exists()  # nothing was made
+
+
+@pytest.mark.parametrize("stop, code", [("CheckpointError", 2), ("NonFiniteUpdateError", 1)])
+def test_a_run_without_a_checkpoint_that_restores_or_stopped_for_nan_is_an_error_line(capsys, tmp_path, monkeypatch,
+                                                                                     stop, code):
+    """Every checkpoint of the folder fails to restore (before any update), or the run stopped after too many
+    non-finite steps: the error's message and no traceback."""
+    from agentjax.train import checkpoint, loop, update
+
+    error = {"CheckpointError": checkpoint.CheckpointError, "NonFiniteUpdateError": update.NonFiniteUpdateError}[stop]
+
+    def train(run, resume=False):
+        raise error(f"{stop} in {run.out_dir}")
+
+    monkeypatch.setattr(loop, "train", train)
+    got, out, err = run_cli(capsys, *BASE, "--out-dir", str(tmp_path))
+    assert got == code and not out and err == f"agentjax train: error: {stop} in {tmp_path}\n"

@@ -507,6 +507,26 @@ class RunConfig:
             raise ValueError("the warm start imitates the constrained decoder's replies (collect.constrained_format); "
                              "set collect.constrained=True or warm_start=None")
 
+    def check_tasks(self) -> None:
+        """The task splits the run reads are on disk and hold enough tasks: a missing data folder is a
+        ``FileNotFoundError`` naming what the env needs and the variable to set. The envs keep a split once read, so
+        the trainer reads it again for free; ``agentjax train`` checks this before it makes the run folder."""
+        spec, groups = self.spec, self.train.rollout.num_groups
+        n = len(spec.tasks(spec.train_split))
+        if max(self.train_pool, groups) > n:
+            raise ValueError(f"{self.env} {spec.train_split} has {n} tasks, fewer than RunConfig.train_pool="
+                             f"{self.train_pool} or the {groups} groups of a batch; lower them")
+        if not self.eval_every:
+            return
+        n = len(spec.tasks(self.evaluation_split))
+        if self.eval_tasks > n:
+            raise ValueError(f"RunConfig.eval_tasks={self.eval_tasks} but {self.env} {self.evaluation_split} has {n} "
+                             "tasks; lower eval_tasks")
+        n = len(spec.tasks(spec.eval_split)) if self.held_out_tasks else 0
+        if self.held_out_tasks > n:
+            raise ValueError(f"RunConfig.held_out_tasks={self.held_out_tasks} but {self.env} {spec.eval_split} has "
+                             f"{n} tasks; lower held_out_tasks")
+
     # -- serialisation ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (the credit block carries its ``method``); :func:`run_from_dict` inverts it."""
