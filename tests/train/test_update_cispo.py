@@ -2,7 +2,8 @@
 tiny Qwen3: under RAO's execution stage only execution-role tokens are trained (its gradient is the execution-only
 CISPO reference, and delegation tokens add nothing), the stage schedule advances on an applied step, a NaN step is
 skipped (parameters and schedule step unchanged), a batch without signal is skipped without an update; the config
-chooses the loss (CISPO for RAO, PPO-clip for a flat method)."""
+chooses the loss (CISPO for RAO, PPO-clip for a flat method), and the loss accumulated over micro-batches is the
+whole batch's rubric_loss (the rubric stage's objective)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from flax import nnx
 
 from agentjax.agents.grammar import Role
+from agentjax.losses.rubric import rubric_loss
 from agentjax.models import Qwen
 from agentjax.train.config import (
     GRPOCredit,
@@ -144,3 +146,22 @@ def test_the_config_chooses_the_loss(model, trained):
     clip_loss, clip = make_loss_fn(flat, model)(state, stage_batch(steps, credit))
     assert "pg_loss" not in cispo and "dual_clip_frac" not in cispo and "pg_loss" in clip
     assert np.isfinite(float(cispo_loss)) and float(cispo_loss) != float(clip_loss)
+
+
+def test_the_loss_is_the_rubric_objective_summed_over_micro_batches(model, trained):
+    """The update's CISPO loss over a stage's rows and tokens, accumulated over micro-batches of 8 of the 32 rows,
+    is :func:`agentjax.losses.rubric.rubric_loss` of the whole batch (token-mean CISPO over one role's tokens): the
+    objective SERA's rubric stage trains on its rubric rows."""
+    _, steps, credit = trained
+    assert steps.capacity > CONFIG.micro_batch_size
+    state = init_state(CONFIG, model, jax.random.key(0), make_optimizer(CONFIG.optimizer), schedule=True)
+    loss, metrics = make_loss_fn(CONFIG, model)(state, stage_batch(steps, credit))
+    graphdef, params = nnx.split(model, nnx.Param)
+    rows = steps.replace(row_mask=credit.sample, response_mask=steps.response_mask & credit.token_mask)
+    logp, _, _ = forward_rows(graphdef, params, rows, loss=CONFIG.loss, with_entropy=False)
+    want, parts = rubric_loss(logp, steps.behaviour_logp, credit.advantage,
+                              steps.response_mask & credit.sample[:, None], credit.token_mask)
+    assert float(want) != 0.0
+    np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)
+    for k in ("clip_frac", "ratio_mean"):
+        np.testing.assert_allclose(float(metrics[k]), float(parts[k]), rtol=1e-5, err_msg=k)
