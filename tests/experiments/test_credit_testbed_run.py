@@ -122,3 +122,22 @@ def test_the_quick_path_trains_checks_and_reports(tmp_path):
         assert table[label]["check_beyond"]["runs"] == 1 and 0 < table[label]["final"]["mean"] < 1
         assert np.isfinite(table[label]["pearson"]["mean"])
     assert driver.main(["--quick", "--runs", str(tmp_path)]) == 0  # finished: reported again, nothing trained
+
+
+def test_the_demo_is_the_comparisons_s2_runs_shortened_and_says_when_a_method_did_not_rise(tmp_path):
+    from experiments.credit_testbed import demo
+
+    runs = demo.demo_runs(str(tmp_path))
+    assert sorted({(label, seed) for _, label, seed in runs}) == [(a, s) for a in sorted(demo.ARMS) for s in demo.SEEDS]
+    for (setting, label, seed), run in runs.items():
+        full = arm_run(setting, label, seed, runs=str(tmp_path))
+        assert setting == "s2" and (run.updates, run.eval_every) == (demo.UPDATES, demo.EVAL_EVERY)
+        assert run.replace(updates=full.updates, eval_every=full.eval_every, checkpoint_every=full.checkpoint_every,
+                           out_dir=full.out_dir) == full
+        assert run.out_dir.startswith(str(tmp_path / "demo"))
+
+    def row(gain, se):
+        return {"initial": {"mean": 0.5}, "final": {"mean": 0.5 + gain}, "gain": {"mean": gain, "se": se}}
+
+    lines = demo.verdict({"grpo": row(0.3, 0.05), "crbc": row(0.1, 0.05)})
+    assert "(6.0 SE) rose beyond 3 SE" in lines[0] and "(2.0 SE) did NOT rise by 3 SE" in lines[1]
