@@ -12,7 +12,9 @@ followed by :func:`to_step_batch` (the one conversion into arrays) and :func:`su
    tokenizer, its chat template and the generation prompt (``encode_prompt``). A prompt longer than
    ``max_prompt_tokens`` is an error (``truncation="error"``, verl's default) or keeps its *last*
    ``max_prompt_tokens`` tokens (``truncation="left"``: the generation prompt, current observation and admissible
-   actions sit at the end; the system prompt and the oldest text are cut). Truncations are counted in the stats.
+   actions sit at the end; the system prompt and the oldest text are cut). Under ``"error"`` a prompt that is too
+   long only with its history records shows fewer of them, the oldest dropped first (what the model wrote never
+   stops the run; :func:`turn_prompt`). Truncations are counted in the stats.
 2. *One* ``policy.generate`` call for all live rows, the batch padded with dummy rows (a copy of the first prompt,
    one new token) to a multiple of ``batch_bucket`` (or a power of two, ``pow2_batches``) so that a run compiles
    a bounded number of programs. The
@@ -97,7 +99,7 @@ from agentjax.agents.projection import (
     project_textcraft,
     project_webshop,
 )
-from agentjax.agents.prompts import PromptTemplate, build_messages
+from agentjax.agents.prompts import PromptTemplate, build_messages, encode_prompt
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.calls import ReplyTokens, encode_messages, generate_batch, tokenizer_of
 from agentjax.rollout.ids import group_local_ids
@@ -237,10 +239,24 @@ def _lookup(table: Mapping[str, Any], env: str, what: str, arg: str) -> Any:
 def turn_prompt(tokenizer: Tokenizer, template: PromptTemplate, obs: Obs, history: Sequence[tuple[str, str]], step: int,
                 config: CollectConfig, where: str) -> tuple[list[int], bool]:
     """The prompt ids of one turn exactly as the collector builds them (template, the last ``history_length``
-    records, chat encoding, truncation) and whether it was cut; SERO rebuilds its oracle steps' prompts with it."""
-    messages = build_messages(template, obs, list(history), step, config.history_length)
-    return encode_messages(tokenizer, messages, max_prompt_tokens=config.max_prompt_tokens,
-                           truncation=config.truncation, where=where)
+    records, chat encoding, truncation) and whether it was cut; SERO rebuilds its oracle steps' prompts with it.
+
+    With ``truncation="error"``, a prompt that is too long only with its history records (past observations and
+    the actions the model wrote: a malformed reply's action can be :data:`~agentjax.agents.MAX_ACTION_BYTES` long)
+    shows fewer of them, the oldest dropped first, and counts as cut; only a prompt too long without any record is
+    the error."""
+    records, full = list(history), min(step, config.history_length)
+    shown = full
+    while True:
+        messages = build_messages(template, obs, records, step, shown)
+        if config.truncation != "error" or shown == 0:
+            ids, cut = encode_messages(tokenizer, messages, max_prompt_tokens=config.max_prompt_tokens,
+                                       truncation=config.truncation, where=where)
+            return ids, cut or shown < full
+        ids = encode_prompt(tokenizer, messages)
+        if len(ids) <= config.max_prompt_tokens:
+            return ids, shown < full
+        shown -= 1
 
 
 def sample_seeds(key: jax.Array, num_slots: int, offset: int = 0) -> list[int]:

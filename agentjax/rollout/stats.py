@@ -37,7 +37,7 @@ class RolloutStats:
     num_padded_rows: int  # dummy rows added to fill the batch buckets
     num_prompt_tokens: int  # prompt tokens over all turns
     num_response_tokens: int  # generated tokens over all turns
-    num_truncated_prompts: int  # prompts cut to max_prompt_tokens (truncation="left")
+    num_truncated_prompts: int  # prompts cut to max_prompt_tokens, or shown with fewer history records to fit
     num_length_cut_responses: int  # replies that hit max_new_tokens without a stop
     num_crashes: int  # episodes ended by a worker crash or an env exception
     prompt_seconds: float  # building / tokenising prompts

@@ -491,6 +491,35 @@ def test_prompt_budget_errors_or_keeps_the_tail(tokenizer):
     assert bool(np.asarray(to_step_batch(rollouts, config).prompt_mask)[:2].all())
 
 
+def test_history_too_long_for_the_budget_drops_its_oldest_records_instead_of_stopping(tokenizer):
+    """Under truncation="error", a turn whose prompt is too long only because of its history (a 400-digit action:
+    invalid, under MAX_ACTION_BYTES, kept in the records) shows fewer records, the oldest dropped first, and counts
+    as cut; with room to spare the same turns show both records."""
+    task = Task(env="sokoban", task_id="push", split="test", meta={"room": PUSH_ROOM})
+    replies = ["<think>a</think><action>" + "7" * 400 + "</action>", "<think>b</think><action>left</action>",
+               "<think>c</think><action>right</action>"]
+
+    def episode(budget: int):
+        config = CollectConfig.sokoban(group_size=1, max_steps=3, max_prompt_tokens=budget, sampling=SCRIPTED)
+        rollouts = run_episodes(SerialPool(SokobanEnv, 1), [task], Scripted(tokenizer, replies), config,
+                                jax.random.key(0))
+        return rollouts.episodes[0].turns, summarize(rollouts)
+
+    roomy, stats = episode(2048)
+    assert [t.prompt_truncated for t in roomy] == [False] * 3 and stats.num_truncated_prompts == 0
+    records = [(t.obs.text, t.projected.action) for t in roomy]
+    assert len(records[0][1]) == 400
+    prompt = lambda t, shown: encode_prompt(tokenizer, build_messages(SOKOBAN, roomy[t].obs, records[:t], t,  # noqa: E731
+                                                                      history_length=shown))
+    assert [t.prompt_ids.tolist() for t in roomy] == [prompt(0, 2), prompt(1, 2), prompt(2, 2)]
+    budget = max(len(prompt(1, 0)), len(prompt(2, 1)))
+    assert budget < min(len(prompt(1, 1)), len(prompt(2, 2)))  # the digits do not fit, the last record does
+    tight, stats = episode(budget)
+    assert [t.prompt_ids.tolist() for t in tight] == [prompt(0, 2), prompt(1, 0), prompt(2, 1)]
+    assert [t.prompt_truncated for t in tight] == [False, True, True] and stats.num_truncated_prompts == 2
+    assert [t.projected.action for t in tight] == [t.projected.action for t in roomy]
+
+
 def test_an_env_exception_truncates_the_episode_without_a_penalty(tokenizer, caplog):
     config = CollectConfig(group_size=2, max_steps=4, max_prompt_tokens=640, sampling=SCRIPTED)
     policy = Scripted(tokenizer, ["<think>a</think><action>forward</action>", "<think>b</think><action>raise</action>"])
