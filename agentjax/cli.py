@@ -41,7 +41,7 @@ weights, uniform roots, the strict-success gate; METHODS.md "SERO") on top of th
 not among the choices, a value out of range (e.g. a coefficient <= 0), an oracle batch that does not split into
 oracle micro-batches or a bank file that is not there is a one-line error (exit status 2) before any work.
 
-``--method rao`` trains recursive agents (RAO, METHODS.md "SERA" 8: :mod:`agentjax.train.tree_loop`) on
+``--method rao`` trains recursive agents (RAO, METHODS.md "SERA" 8: :mod:`agentjax.train.trees`) on
 TextCraft-Synth or TextWorld-Sync with the ``tiny`` (CPU) or ``paper-4b`` (Qwen3-4B-Instruct-2507) preset; the tree
 settings are ``--tree.*`` overrides (e.g. ``--tree.max-depth 2``), the method's ``--train.credit.*`` (e.g.
 ``--train.credit.stages 12 4 0`` for RAO + D), and the sizes the same flags as the flat methods (``--num-groups``
@@ -122,7 +122,7 @@ _SERO_HELP = {  # one line per SeroConfig field (its docstring has the details)
                       "--workers >= 1; default: unbounded)",
     "micro_batch_size": "oracle rows per micro-batch (default: the update's)",
     "capacity": "oracle rows per update (default: groups × max steps, whole micro-batches)",
-    "bank": "replay this fixed oracle bank (.npz, agentjax.train.loop.build_bank) instead of fresh branches",
+    "bank": "replay this fixed oracle bank (.npz, agentjax.train.offline.build_bank) instead of fresh branches",
     "bank_branches": "branches drawn from the bank per update (default: num_groups)",
 }
 
@@ -211,7 +211,7 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
     bank = run.train.sero.bank if run.train.sero is not None else None
     if bank is not None and not os.path.isfile(bank):
         raise FileNotFoundError(f"sero.bank={bank!r} is not a file; write a bank with "
-                                "agentjax.train.loop.build_bank or drop --sero.bank")
+                                "agentjax.train.offline.build_bank or drop --sero.bank")
     run.check()
     return run, args
 
@@ -230,7 +230,7 @@ def _train(argv: Sequence[str]) -> int:
     import logging
 
     from agentjax.train.checkpoint import CheckpointError, RunFolderBusy
-    from agentjax.train.loop import train
+    from agentjax.train.trainer import train
     from agentjax.train.update import NonFiniteUpdateError
 
     # force: absl (which orbax imports) has already given the root logger a WARNING-level handler, which would hide
@@ -262,7 +262,7 @@ def _eval(argv: Sequence[str]) -> int:
                         help="who writes and grades the search's rubrics: the checkpoint, or the run's initial "
                         "policy (the untrained-grader control)")
     args = parser.parse_args(argv)
-    from agentjax.train.loop import evaluate_checkpoint, find_run
+    from agentjax.train.offline import evaluate_checkpoint, find_run
 
     try:
         find_run(args.checkpoint)
@@ -286,7 +286,7 @@ def _trees(argv: Sequence[str]) -> int:
     parser.add_argument("--list", action="store_true", help="list the steps with saved trees")
     args = parser.parse_args(argv)
     from agentjax.agents.tree import render_tree
-    from agentjax.train.tree_loop import load_trees, saved_tree_files
+    from agentjax.train.trees import load_trees, saved_tree_files
 
     try:
         if args.list:

@@ -128,28 +128,51 @@ __all__ = [
     "update_metrics",
 ]
 
-# The trainer loop, its run config and presets (appended by the loop's author).
+# The trainer, its algorithms, its run config and presets.
+from agentjax.train.algorithm import Algorithm, Evaluation  # noqa: E402
 from agentjax.train.eval import eval_key, evaluate  # noqa: E402
-from agentjax.train.loop import evaluate_checkpoint, setup, task_stream, train  # noqa: E402
+from agentjax.train.flat import FlatAlgorithm  # noqa: E402
+from agentjax.train.offline import build_bank, evaluate_checkpoint, find_run, saved_run  # noqa: E402
 from agentjax.train.presets import PRESETS, preset  # noqa: E402
 from agentjax.train.runconfig import ENVS, EnvSpec, RunConfig, TreeConfig, WarmStart, run_from_dict  # noqa: E402
-from agentjax.train.tree_loop import evaluate_trees, train_trees  # noqa: E402
+from agentjax.train.trainer import Trainer, setup, task_stream, train  # noqa: E402
+from agentjax.train.trees import (  # noqa: E402
+    NoSignalError,
+    TreeAlgorithm,
+    batch_capacity,
+    evaluate_trees,
+    load_trees,
+    save_trees,
+    saved_tree_files,
+)
 
 __all__ += [
     "ENVS",
     "PRESETS",
+    "Algorithm",
     "EnvSpec",
+    "Evaluation",
+    "FlatAlgorithm",
+    "NoSignalError",
     "RunConfig",
+    "Trainer",
+    "TreeAlgorithm",
     "TreeConfig",
     "WarmStart",
+    "batch_capacity",
+    "build_bank",
     "eval_key",
     "evaluate",
     "evaluate_checkpoint",
     "evaluate_trees",
+    "find_run",
+    "load_trees",
     "preset",
     "run_from_dict",
+    "save_trees",
+    "saved_run",
+    "saved_tree_files",
     "setup",
     "task_stream",
     "train",
-    "train_trees",
 ]

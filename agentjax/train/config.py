@@ -177,7 +177,7 @@ class CRBCCredit:
 @dataclasses.dataclass(frozen=True)
 class RAOCredit:
     """RAO on recursive trees (METHODS.md "SERA" 6-8): per-node rewards, leave-one-out over the K trees of a root task,
-    the zero-variance filter, inverse-frequency depth weights, CISPO; trained by :mod:`agentjax.train.tree_loop`.
+    the zero-variance filter, inverse-frequency depth weights, CISPO; trained by :mod:`agentjax.train.trees`.
 
     A child's reward is its verifier / judge's binary label, the root's the environment outcome
     (:func:`agentjax.credit.sera_stages.execution_credit`). ``stages`` is the schedule's cycle ``e : d : r`` of
@@ -486,7 +486,7 @@ class TrainConfig:
 
     @property
     def is_tree(self) -> bool:
-        """The method trains on recursive trees (:mod:`agentjax.train.tree_loop`)."""
+        """The method trains on recursive trees (:mod:`agentjax.train.trees`)."""
         return isinstance(self.credit, RAOCredit)
 
     @property

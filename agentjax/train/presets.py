@@ -67,7 +67,7 @@ from agentjax.train.runconfig import ENVS, WORDS_PREFIX, RunConfig, TreeConfig, 
 from agentjax.train.schedule import TOTAL_STEPS
 
 PRESETS = ("tiny", "paper-1.5b", "paper-7b", "paper-4b")
-TREE_METHODS = ("rao", "sera")  # methods that train recursive trees (agentjax.train.tree_loop): tiny and paper-4b
+TREE_METHODS = ("rao", "sera")  # methods that train recursive trees (agentjax.train.trees): tiny and paper-4b
 # SERA in the tiny preset: 10 optimizer steps are two cycles of 3 execution, 1 decomposition and 1 rubric step (the
 # paper's 16 : 2 : 2 over 250 steps would leave two stages out of 10), fork groups of 4 branches, 2 a tree.
 TINY_SERA = dict(stages=(3, 1, 1), branches=4, fork_budget=8)
@@ -255,7 +255,7 @@ def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig
         mesh=(8, 1) if size == "1.5b" else (4, 2), require_pretrained=True, progress=True)
 
 
-# -- RAO: recursive trees (METHODS.md "SERA" 1, 6-8; agentjax.train.tree_loop) -------------------------------------
+# -- RAO: recursive trees (METHODS.md "SERA" 1, 6-8; agentjax.train.trees) -----------------------------------------
 # The released optimizer (Training/configs/textcraft.yaml, textworld.yaml): Adam(W) lr 3e-6, betas (0.9, 0.95),
 # eps 1e-8, weight decay 0.017, gradient clipping 1.0, constant schedule; warm-up 0.001 of the steps (0 steps of 250
 # or 400); one optimizer step per batch; CISPO clipped to [0, 5], no KL. Sampling at temperature 1, replies of up to

@@ -142,7 +142,7 @@ class WarmStart:
 
 @dataclasses.dataclass(frozen=True)
 class TreeConfig:
-    """The recursive-agent trees of a RAO run (METHODS.md "SERA" 1; :mod:`agentjax.train.tree_loop`).
+    """The recursive-agent trees of a RAO run (METHODS.md "SERA" 1; :mod:`agentjax.train.trees`).
 
     The sizes shared with the flat runs keep their meaning: ``train.rollout.num_groups`` root tasks per batch,
     ``group_size`` trees per root task (K), ``max_steps`` turns per node (20), ``prompt_len`` / ``response_len``

@@ -1,7 +1,7 @@
 """SERO in the trainer: from one update's primary rollouts to the oracle rows the update trains on.
 
-:class:`SeroBranch` (built by the trainer loop when ``TrainConfig.sero`` is set) runs, between collection and the
-update (METHODS.md "SERO"; papers/SERO.txt §4, §C.2):
+:class:`SeroBranch` (built by :class:`~agentjax.train.flat.FlatAlgorithm` when ``TrainConfig.sero`` is set) runs,
+between collection and the update (METHODS.md "SERO"; papers/SERO.txt §4, §C.2):
 
 1. roots from the primary rollouts and their oracle continuations in the pool's branch slots
    (:mod:`agentjax.rollout.oracle`), packed into an :class:`~agentjax.rollout.oracle.OracleBatch`;
@@ -26,7 +26,7 @@ scores of one update's branches to one ``.npz`` (:func:`load_bank` concatenates 
 every update draws ``bank_branches`` of its branches (without replacement, from the update's key) and weights them
 with the *stored* compatibilities, so the schemes compared on one bank see identical roots and continuations
 (``match_mass=True`` equalises the supervision mass per branch). A bank built at an early and at a later checkpoint
-is the current-policy-root control (§A.4); :func:`agentjax.train.loop.build_bank` writes a bank from a policy.
+is the current-policy-root control (§A.4); :func:`agentjax.train.offline.build_bank` writes a bank from a policy.
 """
 
 from __future__ import annotations

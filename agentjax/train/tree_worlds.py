@@ -1,6 +1,6 @@
 """The environments a tree run trains on: each env's shared tree world, its offline judge and its planner teacher.
 
-A tree run (RAO, :mod:`agentjax.train.tree_loop`) names its env like a flat run (``--env``); this module turns the
+A tree run (RAO, :mod:`agentjax.train.trees`) names its env like a flat run (``--env``); this module turns the
 name and ``env_kwargs`` into what the tree collector (:func:`agentjax.rollout.tree_collect.run_trees`) takes:
 
 =================  ==========================================  ==============================  ======================

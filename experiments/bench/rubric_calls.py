@@ -37,7 +37,7 @@ from agentjax.agents.rubric import grade_choices, reference_rubric, rubric_choic
 from agentjax.models.sampler import Sampler  # noqa: E402
 from agentjax.models.tokenizer import load_tokenizer  # noqa: E402
 from agentjax.rollout.tree_rubrics import _calls  # noqa: E402
-from agentjax.train.loop import build_model  # noqa: E402
+from agentjax.train.trainer import build_model  # noqa: E402
 from experiments.bench.harness import write_json  # noqa: E402
 from experiments.sera.presets import tiny_run  # noqa: E402
 

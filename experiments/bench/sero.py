@@ -1,6 +1,6 @@
 """Benchmark: SERO's oracle branch as a share of a trainer update, per environment.
 
-For each environment the real trainer loop (:func:`agentjax.train.loop.train`) runs ``--updates`` updates of its
+For each environment the real trainer (:func:`agentjax.train.trainer.train`) runs ``--updates`` updates of its
 tiny preset (:func:`agentjax.train.presets.tiny`, GRPO, a random-init policy: no warm start, no evaluation, no
 checkpoints) with ``TrainConfig.sero = SeroConfig()`` (λ_O 0.1, uniform roots, the remaining budget), each env in
 its own child process under ``--env-timeout``. From ``metrics.jsonl``, over the updates after the first (which
@@ -131,13 +131,13 @@ class Compiles:
             self.seconds += float(seconds)
 
 
-def instrument(loop, sero, out_dir: str, reference: bool) -> None:
-    """Wrap the loop's update and SERO's branch (the child only). The update first runs, with ``reference``, the same
-    optimizer step on a copy of the same state, batch and key without the oracle rows (blocked on, then dropped),
-    then the real one (blocked on); one line per update in ``update.jsonl``: ``ref_s``, ``real_s``, ``extra_s``
-    (the wrapper's seconds besides the real step: the parent takes them off ``time/update`` and ``time/total``) and
-    the compile seconds of the reference, of the real step and of the whole update outside the reference
-    (``compile_s``: collect + credit + branch + step). One line per branch in ``branch.jsonl``: its compile
+def instrument(flat, sero, out_dir: str, reference: bool) -> None:
+    """Wrap the flat algorithm's update and SERO's branch (the child only). The update first runs, with
+    ``reference``, the same optimizer step on a copy of the same state, batch and key without the oracle rows (blocked
+    on, then dropped), then the real one (blocked on); one line per update in ``update.jsonl``: ``ref_s``,
+    ``real_s``, ``extra_s`` (the wrapper's seconds besides the real step: the parent takes them off ``time/update``
+    and ``time/total``) and the compile seconds of the reference, of the real step and of the whole update outside the
+    reference (``compile_s``: collect + credit + branch + step). One line per branch in ``branch.jsonl``: its compile
     seconds."""
     import jax
     import jax.numpy as jnp
@@ -150,7 +150,7 @@ def instrument(loop, sero, out_dir: str, reference: bool) -> None:
             f.write(json.dumps(row) + "\n")
 
     def factory(*a, **kw):
-        update = loop_make_update(*a, **kw)
+        update = make_update(*a, **kw)
 
         def timed(state, batch, key):
             t0, c0 = time.perf_counter(), compiles.seconds
@@ -177,19 +177,19 @@ def instrument(loop, sero, out_dir: str, reference: bool) -> None:
         log("branch.jsonl", compile_s=compiles.seconds - c0)
         return out
 
-    loop_make_update, sero_branch = loop.make_update, sero.SeroBranch.branch
-    loop.make_update, sero.SeroBranch.branch = factory, branch
+    make_update, sero_branch = flat.make_update, sero.SeroBranch.branch
+    flat.make_update, sero.SeroBranch.branch = factory, branch
 
 
 def child(args: argparse.Namespace) -> None:
-    from agentjax.train import loop, sero
+    from agentjax.train import flat, sero, trainer
 
     expert = args.alfworld_expert if args.child == "alfworld" else None
     run = build_run(args.child, args.child_groups, args.child_cap, args.updates, args.child_out, workers=args.workers,
                     oracle_timeout=args.oracle_timeout, expert=expert)
     run.spec.tasks(run.spec.train_split)  # a missing data folder fails here, before any work
-    instrument(loop, sero, args.child_out, args.reference)
-    loop.train(run)
+    instrument(flat, sero, args.child_out, args.reference)
+    trainer.train(run)
 
 
 # -- the parent -------------------------------------------------------------------------------------------------------

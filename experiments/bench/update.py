@@ -3,7 +3,7 @@
 The run is the CRBC paper's tiny preset (:func:`experiments.crbc.presets.tiny_run`: Sokoban, compact prompts,
 constrained sparse decoding, the 2-layer d = 64 Qwen2 policy with the 151,936-token vocabulary), from random-init
 weights (no warm start), evaluation and checkpoints off. It follows the trainer loop's order
-(:func:`agentjax.train.loop.train`): collect (``generate``: the sampler's calls, ``prompt``: templating and
+(:func:`agentjax.train.trainer.train`): collect (``generate``: the sampler's calls, ``prompt``: templating and
 tokenising, ``env``: the environments), credit (advantages, blocked on), update (the optimizer steps over every row,
 micro-batched, blocked on). ``--updates`` updates are timed; each stage's median over updates 2..N is reported, the
 first update (which compiles) apart.
@@ -122,19 +122,16 @@ def useful_flops(arch: dict, kl: bool, prompt_b: np.ndarray, reply_b: np.ndarray
 
 
 def time_updates(run) -> list[dict]:
-    """The loop's collect -> credit -> update, ``run.updates`` times, each stage timed (module docstring)."""
-    from agentjax.rollout.collect import run_episodes, to_step_batch
-    from agentjax.rollout.stats import summarize
-    from agentjax.train.advantages import compute_advantages
+    """The trainer's collect -> credit -> update, ``run.updates`` times, each stage timed (module docstring)."""
     from agentjax.train.compact import COMPACT_BUCKET, compact_rows
-    from agentjax.train.loop import setup, task_stream
     from agentjax.train.state import next_key, sync_model
-    from agentjax.train.update import UpdateBatch
+    from agentjax.train.trainer import setup, task_stream
 
     t = setup(run)
+    algorithm = t.algorithm  # the flat methods' (agentjax.train.flat.FlatAlgorithm)
     cfg, ro, arch = run.train, run.train.rollout, arch_of(run)
     kl = run.train.loss.kl_coef > 0
-    compacted = hasattr(t.update, "jitted")  # make_update's compact_rows wrapper
+    compacted = hasattr(algorithm.update_fn, "jitted")  # make_update's compact_rows wrapper
     steps = cfg.epochs * cfg.mini_batches
     records = []
     try:
@@ -144,19 +141,16 @@ def time_updates(run) -> list[dict]:
             t.sampler.update_weights(t.model)
             idx = task_stream(len(t.train_tasks), cfg.seed, int(t.state.data_position), ro.num_groups)
             state, key = next_key(t.state)
-            rollouts = run_episodes(t.pool, [t.train_tasks[j] for j in idx], t.sampler, run.train_collect, key,
-                                    task_indices=idx)
-            batch, stats = to_step_batch(rollouts, run.train_collect), summarize(rollouts)
+            collected = algorithm.collect(state, t.sampler, [t.train_tasks[j] for j in idx], idx, key)
+            batch, stats = collected.steps, collected.stats
             t_collect = time.perf_counter() - t0
             state = state.replace(data_position=state.data_position + 1)
             t0 = time.perf_counter()
-            values = t.value_fn(state, batch) if t.value_fn is not None else None
-            adv = jax.block_until_ready(compute_advantages(cfg.credit, batch, ro, values=values))
+            collected = algorithm.credit(state, collected)
             t_credit = time.perf_counter() - t0
             state, key = next_key(state)
             t0 = time.perf_counter()
-            state, metrics = t.update(state, UpdateBatch.of(batch, adv), key)
-            metrics = jax.block_until_ready(metrics)
+            state, metrics = algorithm.update(state, collected, key)
             t_update = time.perf_counter() - t0
             t.state = state
             rows = np.asarray(batch.row_mask)
@@ -179,8 +173,7 @@ def time_updates(run) -> list[dict]:
             print(f"update {i + 1}/{run.updates}: collect {t_collect:.2f} s (generate {stats.generate_seconds:.2f}), "
                   f"credit {t_credit:.3f} s, update {t_update:.2f} s, {int(rows.sum())} rows", flush=True)
     finally:
-        t.checkpoints.close()
-        t.close_pools()
+        t.close()
     return records
 
 

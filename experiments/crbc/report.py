@@ -60,7 +60,7 @@ import numpy as np
 from agentjax.train.metrics import read_metrics
 
 BASELINE = "grpo"
-# A batch's training success in metrics.jsonl: a flat run's episodes, a tree run's roots (agentjax.train.tree_loop).
+# A batch's training success in metrics.jsonl: a flat run's episodes, a tree run's roots (agentjax.train.trees).
 TRAIN_SUCCESS = ("rollout/success_rate", "tree/root_success")
 THRESHOLD_METHOD = "graphgpo"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

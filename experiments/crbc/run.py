@@ -61,7 +61,7 @@ def finished(run: RunConfig) -> bool:
 
 def run_one(run: RunConfig) -> dict:
     """Train ``run`` in this process (resuming if it has checkpoints); returns the summary without parameters."""
-    from agentjax.train.loop import CHECKPOINTS, train
+    from agentjax.train.trainer import CHECKPOINTS, train
 
     ckpt = os.path.join(run.out_dir, CHECKPOINTS)
     resume = os.path.isdir(ckpt) and any(n.isdigit() for n in os.listdir(ckpt))

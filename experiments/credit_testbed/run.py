@@ -57,7 +57,7 @@ QUICK = dict(settings=("s2",), arms=("grpo", "crbc"), seeds=(0,), updates=4, eva
 
 
 def check_path(run: RunConfig) -> str:
-    """The final sampled check of ``run``: ``<out_dir>/eval_<updates>.json`` (``agentjax.train.loop``'s
+    """The final sampled check of ``run``: ``<out_dir>/eval_<updates>.json`` (``agentjax.train.offline``'s
     ``evaluate_checkpoint``)."""
     return os.path.join(run.out_dir, f"eval_{run.updates}.json")
 

@@ -159,7 +159,7 @@ SEARCH_STATS = ("search/later_won", "search/chosen_verified", "search/any_verifi
 
 
 def search_file(out_dir: str, candidates: int, grader: str) -> str | None:
-    """The newest search evaluation :func:`agentjax.train.loop.evaluate_checkpoint` wrote in ``out_dir``
+    """The newest search evaluation :func:`agentjax.train.offline.evaluate_checkpoint` wrote in ``out_dir``
     (``eval_<step>_search<N>[_initial].json``), or None."""
     suffix = f"_search{candidates}{'_initial' if grader == 'initial' else ''}.json"
     steps = [int(name[5:-len(suffix)]) for name in os.listdir(out_dir) if name.startswith("eval_")
@@ -218,7 +218,7 @@ def search_evals(runs: Runs, json_path: str) -> dict[Key, list[dict[str, Any]]]:
 def run_search(runs: Runs, candidates: int) -> None:
     """Evaluate every finished SERA-arm run's last checkpoint with rubric-guided search (``candidates`` per delegated
     child), graded by the checkpoint and by the initial policy; a result already on disk is kept."""
-    from agentjax.train.loop import evaluate_checkpoint
+    from agentjax.train.offline import evaluate_checkpoint
 
     for (method, seed), run in runs.items():
         if run.train.credit.method != "sera" or max(eval_outcomes(run.out_dir), default=0) == 0:
@@ -288,7 +288,7 @@ def grade_counts(runs: Runs) -> dict[str, dict[str, Any]]:
     GRADE_KINDS}, "reward": {verdict: mean rubric reward or None}, "stopped": [[how the child stopped, [passed,
     graded] or None per verdict], ...]}}``. How a graded child stopped: finished, out of turns, ended with the
     world; within 3 turns or after. Methods without saved trees (RAO, runs without their ``trees/``) are left out."""
-    from agentjax.train.tree_loop import load_trees, saved_tree_files
+    from agentjax.train.trees import load_trees, saved_tree_files
 
     out: dict[str, dict[str, Any]] = {}
     raw: dict[str, tuple[dict, dict, dict]] = {}
@@ -354,7 +354,7 @@ def example_tree(runs: Runs, path: str, method_wanted: str = "rao") -> str | Non
     """The first tree of the last saved batch of the first run of ``method_wanted`` that has one, as text, to
     ``path``."""
     from agentjax.agents.tree import render_tree
-    from agentjax.train.tree_loop import load_trees
+    from agentjax.train.trees import load_trees
 
     for (method, seed), run in runs.items():
         if method != method_wanted or not os.path.isdir(os.path.join(run.out_dir, "trees")):

@@ -53,11 +53,12 @@ from agentjax.rollout.collect import PROJECTORS, Rollouts, run_episodes
 from agentjax.rollout.oracle import Branch, run_branches, select_roots, to_oracle_batch
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.config import LossConfig, ModelConfig, SeroConfig
-from agentjax.train.loop import CHECKPOINTS, RUN_CONFIG, build_model, find_run, task_stream
+from agentjax.train.offline import find_run
 from agentjax.train.presets import tiny, tiny_arch
 from agentjax.train.runconfig import RunConfig, WarmStart, run_from_dict
 from agentjax.train.sero import SERO_KEY, sero_credit, step_log_compat
 from agentjax.train.state import abstract_state, policy_params
+from agentjax.train.trainer import CHECKPOINTS, RUN_CONFIG, build_model, task_stream
 from agentjax.train.warmstart import cache_key, run_demonstrations, supervised
 from experiments.crbc.credit_analysis import notebook_config
 

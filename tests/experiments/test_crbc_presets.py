@@ -15,9 +15,9 @@ from agentjax.models import Qwen
 from agentjax.parallel import create_sharded, fsdp_tp, make_mesh
 from agentjax.train import UpdateBatch, compute_advantages, init_state, make_update
 from agentjax.train.config import CRBCCredit, ModelConfig
-from agentjax.train.loop import optimizer, train
 from agentjax.train.metrics import MetricsWriter
 from agentjax.train.presets import paper, tiny_arch
+from agentjax.train.trainer import optimizer, train
 from experiments.crbc import ablations
 from experiments.crbc import report as report_module
 from experiments.crbc.presets import POOL, ablation_runs, pool_run, smoke_run, tiny_run

@@ -254,7 +254,7 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
     import types
 
     from agentjax.agents.tree import Status
-    from agentjax.train import tree_loop
+    from agentjax.train import trees as tree_algorithm
     from experiments.sera.run import grade_table
 
     def child(label, success=None, score=None, status=Status.FINISHED, turns=5):
@@ -272,8 +272,8 @@ def test_grade_table_counts_each_childs_grade_against_its_label(tmp_path, monkey
         os.makedirs(os.path.join(run.out_dir, "trees"))
         runs["sera", seed] = run
     runs["rao", 0] = sync_run(0, results=str(tmp_path))  # no rubrics: not in the table
-    monkeypatch.setattr(tree_loop, "saved_tree_files", lambda out: {"train": [3], "eval": []})
-    monkeypatch.setattr(tree_loop, "load_trees", lambda out, step: ({}, trees[int(out[-1])]))
+    monkeypatch.setattr(tree_algorithm, "saved_tree_files", lambda out: {"train": [3], "eval": []})
+    monkeypatch.setattr(tree_algorithm, "load_trees", lambda out, step: ({}, trees[int(out[-1])]))
     table = grade_table(runs).splitlines()
     assert table[2] == "| sera | success | 1 | 0 | 0 | 1 | 1.00 |"
     assert table[3] == "| sera | failure | 2 | 0 | 1 | 0 | 0.60 |" and table[4] == ""

@@ -18,8 +18,8 @@ import pytest
 
 import agentjax.train.sero
 from agentjax.train.config import ModelConfig, SeroConfig
-from agentjax.train.loop import train
 from agentjax.train.presets import STEP_CAPS, paper, tiny_arch
+from agentjax.train.trainer import train
 from experiments.crbc.presets import pool_run as crbc_pool_run
 from experiments.sera.presets import tiny_run as sera_tiny_run
 from experiments.sero.presets import COEF, ablation_configs, ablation_runs, paper_run, pool_run, textcraft_run, tiny_run

@@ -27,7 +27,7 @@ from jax.experimental.compilation_cache import compilation_cache
 from nbclient import NotebookClient
 
 from agentjax.models import Sampler
-from agentjax.train.loop import make_pool
+from agentjax.train.flat import make_pool
 from agentjax.train.sero import SeroBranch
 from experiments.sero import reachability as ra
 

@@ -1,7 +1,7 @@
 """No oracle at evaluation (METHODS.md "SERO" 6): with every env class's ``oracle`` raising (and counting its calls),
-the trainer's evaluations (Sokoban, built by ``loop.setup`` and called as the loop calls them) and ``evaluate`` on
-TextCraft as the tiny preset plays it run to the end without one oracle call, while the SERO branch of the same
-trainer does call it (its branches all end ``oracle_error``, nothing trained).
+the trainer's evaluations (Sokoban, built by ``trainer.setup`` and called as the trainer calls them) and
+``evaluate`` on TextCraft as the tiny preset plays it run to the end without one oracle call, while the SERO branch
+of the same trainer does call it (its branches all end ``oracle_error``, nothing trained).
 """
 
 from __future__ import annotations
@@ -55,12 +55,15 @@ def no_oracle(monkeypatch) -> collections.Counter:
 
 
 def test_evaluation_never_calls_the_oracle_but_the_sero_branch_does(no_oracle, tmp_path):
-    """The trainer's pieces as ``loop.train`` uses them (``loop.setup`` of a tiny Sokoban SERO run; ``evaluate`` with
-    the loop's arguments; the update's SERO branch on a training batch), without compiling an update: both
-    evaluations (before and after the branch used the pool's branch slots) run without one oracle call and agree
+    """The trainer's pieces as ``trainer.train`` uses them (``trainer.setup`` of a tiny Sokoban SERO run; ``evaluate``
+    with the flat algorithm's arguments; the update's SERO branch on a training batch), without compiling an update:
+    both evaluations (before and after the branch used the pool's branch slots) run without one oracle call and agree
     episode by episode; the branch asks the oracle once per root, and every branch then ends ``oracle_error`` with
     no row trained."""
-    from agentjax.train import loop
+    from agentjax.rollout.collect import run_episodes
+    from agentjax.train import trainer
+    from agentjax.train.eval import eval_key, evaluate
+    from agentjax.train.state import sync_model
     from tests.train.test_loop import small_run
 
     with pytest.raises(RuntimeError, match="SokobanEnv.oracle called"):
@@ -69,25 +72,25 @@ def test_evaluation_never_calls_the_oracle_but_the_sero_branch_does(no_oracle, t
     run = small_run(tmp_path, "graphgpo", eval_tasks=2, eval_seeds=2)
     run = run.with_sizes(num_groups=2, group_size=2, max_steps=6, micro_batch_size=4)
     run = run.replace(train=run.train.replace(sero=SeroConfig(micro_batch_size=4)))
-    t = loop.setup(run)
+    t = trainer.setup(run)
+    flat = t.algorithm
     try:
-        loop.sync_model(t.model, t.state, copy=False)
+        sync_model(t.model, t.state, copy=False)
         t.sampler.update_weights(t.model)
 
-        def evaluate():
-            return loop.evaluate(t.pool, t.eval_tasks, t.sampler, run.eval_collect, loop.eval_key(run.train.seed),
-                                 task_indices=range(len(t.eval_tasks)))
+        def evaluation():
+            return evaluate(flat.pool, t.eval_tasks, t.sampler, run.eval_collect, eval_key(run.train.seed),
+                            task_indices=range(len(t.eval_tasks)))
 
-        before = evaluate()
+        before = evaluation()
         assert before["episodes"] == 4 and sum(no_oracle.values()) == 0
         idx = [0, 1]
-        rollouts = loop.run_episodes(t.pool, [t.train_tasks[i] for i in idx], t.sampler, run.train_collect, KEY,
-                                     task_indices=idx)
-        rows, metrics, oracle, _ = t.sero.branch(t.state.params, rollouts, KEY)
-        after = evaluate()
+        rollouts = run_episodes(flat.pool, [t.train_tasks[i] for i in idx], t.sampler, run.train_collect, KEY,
+                                task_indices=idx)
+        rows, metrics, oracle, _ = flat.sero.branch(t.state.params, rollouts, KEY)
+        after = evaluation()
     finally:
-        t.pool.close()
-        t.checkpoints.close()
+        t.close()
     assert metrics["roots_attempted"] >= 1 and dict(no_oracle) == {"SokobanEnv": metrics["roots_attempted"]}
     assert metrics["ended_oracle_error"] == metrics["roots_attempted"] == metrics["roots_valid"]
     assert metrics["oracle_steps"] == 0 and metrics["roots_gated"] == 0 and not np.asarray(rows.coef).any()

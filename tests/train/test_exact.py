@@ -20,7 +20,7 @@ import pytest
 
 from agentjax.credit.accuracy import credit_accuracy
 from agentjax.rollout.collect import run_episodes, to_step_batch
-from agentjax.train import loop
+from agentjax.train import trainer as trainer_module
 from agentjax.train.advantages import compute_advantages
 from agentjax.train.exact import exact_rows
 from agentjax.train.metrics import read_metrics
@@ -42,10 +42,9 @@ def mdp_run(out_dir, **changes):
 def trainer(tmp_path_factory):
     """A trainer of the preset, evaluating 16 valid MDPs x 16 seeds (256 episodes)."""
     run = mdp_run(tmp_path_factory.mktemp("exact"), train_pool=0, eval_split="valid", eval_tasks=16, eval_seeds=16)
-    t = loop.setup(run)
+    t = trainer_module.setup(run)
     yield t
-    t.checkpoints.close()
-    t.close_pools()
+    t.close()
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +53,8 @@ def batch(trainer):
     t = trainer
     tasks = t.train_tasks[:GROUPS]
     t.sampler.update_weights(t.model)
-    return run_episodes(t.pool, tasks, t.sampler, t.run.train_collect, jax.random.key(3), task_indices=range(GROUPS))
+    return run_episodes(t.algorithm.pool, tasks, t.sampler, t.run.train_collect, jax.random.key(3),
+                        task_indices=range(GROUPS))
 
 
 def states_and_slots(t, rollouts):
@@ -62,7 +62,7 @@ def states_and_slots(t, rollouts):
     env's ``state_id``), the executed label's slot, the step."""
     rows = []
     for ep in rollouts.episodes:
-        index = {obs.text: s for s, obs in enumerate(t.exact.train_env.observations(ep.task))}
+        index = {obs.text: s for s, obs in enumerate(t.algorithm.exact.train_env.observations(ep.task))}
         for turn in ep.turns:
             s = index[turn.obs.text]
             rows.append((ep.group, s, turn.obs.admissible.index(turn.projected.action), turn.step, ep.rollout))
@@ -70,9 +70,9 @@ def states_and_slots(t, rollouts):
 
 
 def test_the_policy_table_is_the_constrained_samplers_distribution(trainer, batch):
-    t = trainer
+    t, exact = trainer, trainer.algorithm.exact
     tasks = [batch.episodes[g * 8].task for g in range(GROUPS)]
-    tables = t.exact.tables(t.state.params, t.exact.train_env, tasks, t.run.collect.sampling.temperature)
+    tables = exact.tables(t.state.params, exact.train_env, tasks, t.run.collect.sampling.temperature)
     rows = states_and_slots(t, batch)
     checked = 0
     for (g, s, a, _, _), turn in zip(rows, [turn for ep in batch.episodes for turn in ep.turns], strict=True):
@@ -89,7 +89,7 @@ def test_the_policy_table_is_the_constrained_samplers_distribution(trainer, batc
 
 def test_sampled_evaluation_agrees_with_the_exact_success(trainer):
     t = trainer
-    evaluation, _ = loop._evaluate(t, 0)
+    evaluation = t.evaluate(0).result
     exact = evaluation["exact"]
     p = np.asarray(exact["success_per_task"])
     assert evaluation["episodes"] == 256 and len(p) == 16 and exact["success"] == pytest.approx(p.mean())
@@ -102,18 +102,18 @@ def test_sampled_evaluation_agrees_with_the_exact_success(trainer):
 
 
 def test_the_credit_hook_equals_a_direct_computation(trainer, batch):
-    t = trainer
+    t, probe = trainer, trainer.algorithm.exact
     run = t.run
     steps = to_step_batch(batch, run.train_collect)
     adv = compute_advantages(run.train.credit, steps, run.train.rollout)
-    got = t.exact.credit(t.state.params, batch, adv)
+    got = probe.credit(t.state.params, batch, adv)
 
     # the same rows through experiments/credit_testbed/rollouts.py: its evaluations and exact values
     tasks = [batch.episodes[g * 8].task for g in range(GROUPS)]
-    tables = t.exact.tables(t.state.params, t.exact.train_env, tasks, run.collect.sampling.temperature)
+    tables = probe.tables(t.state.params, probe.train_env, tasks, run.collect.sampling.temperature)
     by_seed = {task.seed: pi for task, pi in zip(tasks, tables, strict=True)}
     rows = states_and_slots(t, batch)
-    config = t.exact.train_env.config
+    config = probe.train_env.config
     view = types.SimpleNamespace(mask=np.zeros((GROUPS, 8, run.collect.max_steps), bool))
     ro = types.SimpleNamespace(config=config, seed_g=np.asarray([task.seed for task in tasks]), group_n=rows[:, 0],
                                state_n=rows[:, 1], action_n=rows[:, 2], step_n=rows[:, 3], rollout_n=rows[:, 4],
@@ -122,7 +122,7 @@ def test_the_credit_hook_equals_a_direct_computation(trainer, batch):
     direct = testbed.exact_values(ro, evals).adv_n
     decision = np.asarray([len(turn.obs.admissible) > 1 for ep in batch.episodes for turn in ep.turns])
 
-    models = [t.exact.train_env.model_of(task) for task in tasks]
+    models = [probe.train_env.model_of(task) for task in tasks]
     exact, weight = exact_rows(batch, models, evals)
     np.testing.assert_array_equal(weight, decision)
     np.testing.assert_allclose(exact[decision], direct[decision], atol=1e-12)
@@ -147,7 +147,7 @@ def test_grpo_from_random_init_raises_the_exact_success(tmp_path):
                   eval_every=UPDATES)
     optimizer = dataclasses.replace(run.train.optimizer, learning_rate=1e-2)
     run = run.replace(train=run.train.replace(optimizer=optimizer, mini_batches=2))
-    summary = loop.train(run)
+    summary = trainer_module.train(run)
     lines = read_metrics(run.out_dir)
     start, end = lines[0]["exact/success"], summary["last"]["exact/success"]
     print(f"\nexact success {start:.3f} -> {end:.3f}; credit pearson {summary['last']['credit/pearson']:.3f}, "

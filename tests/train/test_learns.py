@@ -1,6 +1,6 @@
 """The trainer learns: from random init, through the real loop, on two tasks written for it.
 
-Every run is :func:`agentjax.train.loop.train` itself: collect (a :class:`~agentjax.models.Sampler` over a 1-layer
+Every run is :func:`agentjax.train.trainer.train` itself: collect (a :class:`~agentjax.models.Sampler` over a 1-layer
 random-init Qwen2, constrained decoding over the admissible actions with the log-probs renormalised over the
 constrained choices, as the ``tiny`` preset) → ``compute_advantages`` → ``make_update`` (the ``tiny`` preset's loss;
 AdamW at the test's own learning rate 1e-3, 4 mini-batches per update) → evaluation on the held-out split (16 tasks
@@ -40,7 +40,7 @@ from agentjax.agents import project_action
 from agentjax.models.word_tokenizer import ENDOFTEXT, IM_END, load_word_tokenizer, word_tokenizer
 from agentjax.rollout.collect import CollectConfig
 from agentjax.train import eval as eval_module
-from agentjax.train import loop, presets, runconfig
+from agentjax.train import flat, presets, runconfig, trainer
 from agentjax.train import update as update_module
 from agentjax.train.config import ModelConfig
 from agentjax.train.metrics import read_metrics
@@ -78,7 +78,7 @@ def registered(env: str):
     plug = dict(template=TEMPLATES[env], projector=project_action)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runconfig, "ENVS", types.MappingProxyType(dict(runconfig.ENVS) | SPECS))
-        mp.setattr(loop, "run_episodes", functools.partial(loop.run_episodes, **plug))
+        mp.setattr(flat, "run_episodes", functools.partial(flat.run_episodes, **plug))
         mp.setattr(eval_module, "run_episodes", functools.partial(eval_module.run_episodes, **plug))
         yield mp
 
@@ -131,7 +131,7 @@ class Learnt:
 
 
 def train(run: RunConfig) -> Learnt:
-    summary = loop.train(run)
+    summary = trainer.train(run)
     lines = read_metrics(run.out_dir)
     assert lines[0]["step"] == 0 and summary["step"] == run.updates
     return Learnt(initial=lines[0]["eval/success_rate"], final=summary["last_eval"]["success_rate"],
@@ -181,13 +181,13 @@ def test_every_method_learns_the_chain(method, tmp_path, tokenizer_dir):
 
 # -- planted bugs --------------------------------------------------------------------------------------------------
 def _edit_advantages(mp: pytest.MonkeyPatch, edit) -> None:
-    real = loop.compute_advantages
+    real = flat.compute_advantages
 
     def compute_advantages(*args, **kwargs):
         adv = real(*args, **kwargs)
         return adv.replace(advantage=edit(adv.advantage))
 
-    mp.setattr(loop, "compute_advantages", compute_advantages)
+    mp.setattr(flat, "compute_advantages", compute_advantages)
 
 
 def negated_advantages(mp: pytest.MonkeyPatch) -> None:
@@ -202,18 +202,18 @@ def advantages_one_row_off(mp: pytest.MonkeyPatch) -> None:
 
 def behaviour_logp_one_token_off(mp: pytest.MonkeyPatch) -> None:
     """The collector's behaviour log-probs one response position off their tokens."""
-    real = loop.to_step_batch
+    real = flat.to_step_batch
 
     def to_step_batch(*args, **kwargs):
         batch = real(*args, **kwargs)
         return batch.replace(behaviour_logp=jnp.roll(batch.behaviour_logp, -1, axis=1))
 
-    mp.setattr(loop, "to_step_batch", to_step_batch)
+    mp.setattr(flat, "to_step_batch", to_step_batch)
 
 
 def logprobs_one_token_late(mp: pytest.MonkeyPatch) -> None:
     """The trainer reads each response token's log-prob from the hidden state after that token instead of the one
-    before it (the off-by-one between logits and targets). Traced into a fresh update: ``loop.optimizer`` caches
+    before it (the off-by-one between logits and targets). Traced into a fresh update: ``trainer.optimizer`` caches
     the optimizer per config and ``make_update`` the compiled update per optimizer, so the caller clears it before
     and after."""
     real = update_module.allowed_logprobs
@@ -230,14 +230,14 @@ def logprobs_one_token_late(mp: pytest.MonkeyPatch) -> None:
 def test_a_planted_bug_fails_the_bandit(bug, tmp_path, tokenizer_dir):
     fresh = bug is logprobs_one_token_late
     if fresh:
-        loop.optimizer.cache_clear()
+        trainer.optimizer.cache_clear()
     try:
         with pytest.MonkeyPatch.context() as mp:
             bug(mp)
             out = bandit(tmp_path, tokenizer_dir)
     finally:
         if fresh:  # the sabotaged update must not serve the next run
-            loop.optimizer.cache_clear()
+            trainer.optimizer.cache_clear()
     print(f"\nbandit grpo with {bug.__name__}: {out}")
     assert not learnt_the_bandit(out), out
     if bug is behaviour_logp_one_token_off:  # only the ratio moves (PPO-clip still follows the advantage's sign)

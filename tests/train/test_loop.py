@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from agentjax.train import loop
-from agentjax.train.checkpoint import CorruptCheckpointWarning
+from agentjax.train import flat, offline, trainer
+from agentjax.train.checkpoint import Checkpointer, CorruptCheckpointWarning
 from agentjax.train.config import ModelConfig
 from agentjax.train.metrics import read_metrics
 from agentjax.train.presets import tiny, tiny_arch, tiny_tree
@@ -53,7 +53,7 @@ def without_timings(lines):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("uninterrupted")
-    summary = loop.train(small_run(out))
+    summary = trainer.train(small_run(out))
     return out, summary
 
 
@@ -63,7 +63,7 @@ def test_metrics_lines_carry_every_statistic(uninterrupted):
     assert [line["step"] for line in lines] == [1, 2] and summary["step"] == 2
     # the initial policy is evaluated first (update 0: eval only), and the run records what it was
     assert initial["step"] == 0 and "eval/success_rate" in initial and "train/loss" not in initial
-    assert json.load(open(out / loop.INITIAL_POLICY)) == {"source": "random", "seed": 0}
+    assert json.load(open(out / trainer.INITIAL_POLICY)) == {"source": "random", "seed": 0}
     required = ["rollout/success_rate", "rollout/success/all", "rollout/mean_return", "rollout/invalid_rate",
                 "rollout/mean_episode_length", "train/loss", "train/kl", "train/entropy", "train/clip_frac",
                 "train/grad_norm", "train/lr", "train/skipped", "credit/adv_std", "credit/crbc_eligible_frac",
@@ -81,13 +81,13 @@ def test_metrics_lines_carry_every_statistic(uninterrupted):
 def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
     out, summary = uninterrupted
     run = small_run(tmp_path)
-    first = loop.train(run, stop_after=1)
+    first = trainer.train(run, stop_after=1)
     assert first["step"] == 1 and os.listdir(tmp_path / "checkpoints") == ["1"]
     record = {"source": "warm_start", "key": "built elsewhere", "weights_sha256": "0" * 64}
-    (tmp_path / loop.INITIAL_POLICY).write_text(json.dumps(record))  # as if started on another machine
-    resumed = loop.train(run, resume=True)
+    (tmp_path / trainer.INITIAL_POLICY).write_text(json.dumps(record))  # as if started on another machine
+    resumed = trainer.train(run, resume=True)
     assert resumed["resumed_from"] == 1 and resumed["step"] == 2
-    assert json.loads((tmp_path / loop.INITIAL_POLICY).read_text()) == record  # the start stays the first one's
+    assert json.loads((tmp_path / trainer.INITIAL_POLICY).read_text()) == record  # the start stays the first one's
     assert leaves_equal(resumed["params"], summary["params"])
     assert without_timings(read_metrics(tmp_path)) == without_timings(read_metrics(out))
 
@@ -102,7 +102,7 @@ def test_a_corrupt_latest_checkpoint_is_survived(uninterrupted, tmp_path):
     raw[len(raw) // 2: len(raw) // 2 + 64] = bytes(b ^ 0x5A for b in raw[len(raw) // 2: len(raw) // 2 + 64])
     open(data, "wb").write(bytes(raw))
     with pytest.warns(CorruptCheckpointWarning, match="checkpoints/2 .*falling back"):
-        resumed = loop.train(small_run(tmp_path / "run"), resume=True)
+        resumed = trainer.train(small_run(tmp_path / "run"), resume=True)
     assert resumed["resumed_from"] == 1 and resumed["step"] == 2
     assert os.listdir(tmp_path / "run" / "checkpoints" / "corrupt")  # kept for inspection
     assert leaves_equal(resumed["params"], summary["params"])  # update 2 re-run to the same numbers
@@ -110,27 +110,26 @@ def test_a_corrupt_latest_checkpoint_is_survived(uninterrupted, tmp_path):
 
 
 def test_nonfinite_updates_are_skipped_logged_and_stop_the_run(uninterrupted, tmp_path, monkeypatch, caplog):
-    real = loop.compute_advantages
+    real = flat.compute_advantages
 
     def nan_advantages(*args, **kwargs):
         adv = real(*args, **kwargs)
         return adv.replace(advantage=jnp.full_like(adv.advantage, jnp.nan))
 
-    monkeypatch.setattr(loop, "compute_advantages", nan_advantages)
+    monkeypatch.setattr(flat, "compute_advantages", nan_advantages)
     run = small_run(tmp_path, updates=5, eval_every=0)
     run = run.replace(train=run.train.replace(max_nonfinite_updates=1))
     with caplog.at_level(logging.WARNING), pytest.raises(NonFiniteUpdateError, match="max_nonfinite_updates=1"):
-        loop.train(run)
+        trainer.train(run)
     lines = read_metrics(tmp_path)
     assert [(x["step"], x["train/skipped"], x["train/nonfinite_total"]) for x in lines] == [(1, 1.0, 1.0),
                                                                                             (2, 1.0, 2.0)]
     assert "update 0 skipped" in caplog.text and "update 1 skipped" in caplog.text
     assert os.listdir(tmp_path / "checkpoints") == ["1"]  # the stopping update is not checkpointed
-    monkeypatch.setattr(loop, "compute_advantages", real)
-    trainers = [loop.setup(run, resume=True), loop.setup(small_run(tmp_path / "fresh", eval_every=0))]
+    monkeypatch.setattr(flat, "compute_advantages", real)
+    trainers = [trainer.setup(run, resume=True), trainer.setup(small_run(tmp_path / "fresh", eval_every=0))]
     for t in trainers:
-        t.pool.close()
-        t.checkpoints.close()
+        t.close()
     resumed, fresh = (t.state for t in trainers)  # the skipped updates left the initial parameters
     assert int(resumed.step) == 1 and leaves_equal(resumed.params, fresh.params)
 
@@ -138,11 +137,11 @@ def test_nonfinite_updates_are_skipped_logged_and_stop_the_run(uninterrupted, tm
 def test_refusals_before_any_work(uninterrupted, tmp_path):
     out, _ = uninterrupted
     with pytest.raises(FileExistsError, match="--resume"):
-        loop.train(small_run(out))
+        trainer.train(small_run(out))
     shutil.copytree(out, tmp_path / "run")
     with pytest.raises(ValueError, match="cannot resume.*differs.*learning_rate"):
         run = small_run(tmp_path / "run")
-        loop.setup(run.replace(train=run.train.replace(optimizer=dataclasses.replace(run.train.optimizer,
+        trainer.setup(run.replace(train=run.train.replace(optimizer=dataclasses.replace(run.train.optimizer,
                                                                                      learning_rate=1.0))), resume=True)
     run = small_run(tmp_path)
     with pytest.raises(ValueError, match="train.rollout.group_size=2 but collect.group_size=3"):
@@ -159,19 +158,19 @@ def test_a_checkpoint_without_a_newer_field_resumes_at_its_default(tmp_path):
     run = small_run(tmp_path)
     saved = run.to_dict()
     del saved["collect"]["sample_seeds"]  # written before CollectConfig had the field
-    loop._check_resumable(run, saved, "ckpt")
+    trainer.check_resumable(run, saved, "ckpt")
     with pytest.raises(ValueError, match="cannot resume.*collect.sample_seeds"):
-        loop._check_resumable(run.replace(collect=run.collect.replace(sample_seeds=True)), saved, "ckpt")
+        trainer.check_resumable(run.replace(collect=run.collect.replace(sample_seeds=True)), saved, "ckpt")
 
 
 def test_task_stream_visits_every_task_once_per_epoch():
-    stream = [i for p in range(5) for i in loop.task_stream(10, 3, p, 4)]  # 20 draws = 2 epochs of 10
+    stream = [i for p in range(5) for i in trainer.task_stream(10, 3, p, 4)]  # 20 draws = 2 epochs of 10
     assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:20]) == list(range(10))
     assert stream[:10] != stream[10:20]  # a fresh permutation per epoch
-    assert loop.task_stream(10, 3, 2, 4) == stream[8:12]  # a pure function of the position
-    assert loop.task_stream(10, 4, 0, 4) != stream[:4]
+    assert trainer.task_stream(10, 3, 2, 4) == stream[8:12]  # a pure function of the position
+    assert trainer.task_stream(10, 4, 0, 4) != stream[:4]
     with pytest.raises(ValueError, match="needs 11 tasks"):
-        loop.task_stream(10, 0, 0, 11)
+        trainer.task_stream(10, 0, 0, 11)
 
 
 def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
@@ -210,8 +209,8 @@ def test_warm_start_imitates_the_oracle_and_is_cached(tmp_path, monkeypatch):
     assert warmstart.weights_sha256(rebuilt) == info["weights_sha256"]  # a rebuild is bit-identical
     monkeypatch.setattr(warmstart, "supervised", lambda *a, **k: pytest.fail("the cache was not used"))
     assert warmstart.warm_start_folder(run.replace(out_dir=str(tmp_path / "other")), tokenizer) == folder
-    model = loop.build_model(run, tokenizer, None)
-    fresh = loop.build_model(run.replace(warm_start=None), tokenizer, None)
+    model = trainer.build_model(run, tokenizer, None)
+    fresh = trainer.build_model(run.replace(warm_start=None), tokenizer, None)
     assert not leaves_equal(nnx.state(model, nnx.Param), nnx.state(fresh, nnx.Param))
     # what a run records it started from (the reports pair runs by it): the warm start's key and weights
     started = warmstart.initial_policy(run)
@@ -231,23 +230,23 @@ def test_eval_command_evaluates_the_newest_checkpoint(uninterrupted, tmp_path, c
     assert (result["step"], result["tasks"], result["seeds"], result["split"]) == (2, 2, 2, "valid")
     assert result["episodes"] == 4 and 0.0 <= result["success_rate"] <= 1.0
     assert json.load(open(tmp_path / "run" / "eval_2.json")) == result
-    again = loop.evaluate_checkpoint(str(tmp_path / "run"), tasks=2, seeds=2)  # same key: same episodes
+    again = offline.evaluate_checkpoint(str(tmp_path / "run"), tasks=2, seeds=2)  # same key: same episodes
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in result.items() if k != "seconds"}
-    with loop.Checkpointer(str(tmp_path / "run" / "checkpoints")) as ckpt:
+    with Checkpointer(str(tmp_path / "run" / "checkpoints")) as ckpt:
         older = ckpt.steps()[0]
     assert older < 2  # a step folder names the checkpoint evaluated
-    assert loop.evaluate_checkpoint(str(tmp_path / "run" / "checkpoints" / str(older)), tasks=2, seeds=2)["step"] \
+    assert offline.evaluate_checkpoint(str(tmp_path / "run" / "checkpoints" / str(older)), tasks=2, seeds=2)["step"] \
         == older
 
 
 def test_eval_env_kwargs_get_a_pool_of_their_own(tmp_path):
     """Evaluation runs the env with ``eval_env_kwargs`` (default: ``env_kwargs``, one shared pool)."""
     run = small_run(tmp_path, env_kwargs={"max_steps": 2})
-    pool = loop.make_pool(run)
+    pool = flat.make_pool(run)
     try:
-        assert loop.make_eval_pool(run, pool) is pool and pool.envs[0].max_steps == 2
+        assert flat.make_eval_pool(run, pool) is pool and pool.envs[0].max_steps == 2
         other = run.replace(eval_env_kwargs={"max_steps": 7})
-        eval_pool = loop.make_eval_pool(other, pool)
+        eval_pool = flat.make_eval_pool(other, pool)
         assert eval_pool is not pool and len(eval_pool.envs) == other.eval_slots
         assert {e.max_steps for e in eval_pool.envs} == {7} and other.eval_kwargs == {"max_steps": 7}
         eval_pool.close()
@@ -263,39 +262,38 @@ def test_eval_split_chooses_the_eval_tasks(tmp_path):
     assert run.evaluation_split == run.spec.eval_split
     other = run.replace(eval_split=run.spec.train_split)
     assert run_from_dict(other.to_dict()) == other
-    t = loop.setup(other)
+    t = trainer.setup(other)
     try:
         assert [x.task_id for x in t.eval_tasks] == [x.task_id for x in run.spec.tasks(run.spec.train_split)[:3]]
     finally:
-        t.checkpoints.close()
-        t.close_pools()
+        t.close()
     with pytest.raises(ValueError, match="split 'nope'"):
-        loop.setup(run.replace(eval_split="nope", out_dir=str(tmp_path / "other")))
+        trainer.setup(run.replace(eval_split="nope", out_dir=str(tmp_path / "other")))
 
 
 def test_a_training_pool_and_a_held_out_series(tmp_path, monkeypatch):
     """``train_pool`` draws every batch from the train split's first N tasks; ``held_out_tasks`` evaluates the env's
     eval split beside the eval tasks at every eval point, with its own outcomes and metrics."""
     played = []
-    real = loop.run_episodes
+    real = flat.run_episodes
 
     def spy(pool, tasks, *args, **kwargs):
         played.extend(t.task_id for t in tasks)
         return real(pool, tasks, *args, **kwargs)
 
-    monkeypatch.setattr(loop, "run_episodes", spy)
+    monkeypatch.setattr(flat, "run_episodes", spy)
     run = small_run(tmp_path, updates=3, eval_every=3, checkpoint_every=3, train_pool=2, held_out_tasks=3,
                     eval_split="train", eval_tasks=2)
     assert run.eval_slots == 3 * run.eval_seeds  # the larger series sizes the evaluation's pool
     assert run_from_dict(run.to_dict()) == run
-    loop.train(run)
+    trainer.train(run)
     pool = {t.task_id for t in run.spec.tasks(run.spec.train_split)[:2]}
     assert len(played) == 3 and set(played) == pool  # 1 group an update, epochs of the 2-task pool
     held_out = [t.task_id for t in run.spec.tasks(run.spec.eval_split)[:3]]
     for step in (0, 3):
         with open(tmp_path / "eval" / f"{step}.json") as f:
             assert set(json.load(f)["tasks"]) == pool
-        with open(tmp_path / "eval" / loop.HELD_OUT / f"{step}.json") as f:
+        with open(tmp_path / "eval" / flat.HELD_OUT / f"{step}.json") as f:
             assert json.load(f)["tasks"] == held_out
     lines = {line["step"]: line for line in read_metrics(tmp_path)}
     assert "held_out/success_rate" in lines[0] and "held_out/success_rate" in lines[3]
@@ -303,7 +301,7 @@ def test_a_training_pool_and_a_held_out_series(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="train_pool=1 is smaller than the 2 groups"):
         small_run(tmp_path, train_pool=1).with_sizes(num_groups=2)
     with pytest.raises(ValueError, match="train_pool=20000 but sokoban train has 10000"):
-        loop.setup(small_run(tmp_path / "big", train_pool=20000))
+        trainer.setup(small_run(tmp_path / "big", train_pool=20000))
     with pytest.raises(ValueError, match="held_out_tasks must be >= 0"):
         small_run(tmp_path, held_out_tasks=-1)
     with pytest.raises(ValueError, match="the tree trainer .* evaluates one series"):

@@ -4,7 +4,7 @@ Checked on fork groups grown by the collector (planner children; odd branches id
 arrays, one row per group whose rubric parsed holding exactly the rubric call's tokens and log-probs, the advantages
 against a NumPy reference of the ranking reward and its leave-one-out baseline within each root task (no depth
 weighting), a group without a rubric gives no row; one CISPO step on the rows moves the policy (a tiny Qwen) and
-only the rubric rows' tokens count; the tree loop runs a rubric-stage step and logs its fork statistics.
+only the rubric rows' tokens count; the trainer runs a rubric-stage step and logs its fork statistics.
 """
 
 from __future__ import annotations
@@ -117,10 +117,10 @@ def test_a_group_without_a_rubric_gives_no_row(forked):
 
 
 @pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
-def test_the_tree_loop_runs_a_rubric_stage_step(tmp_path):
-    from agentjax.train import loop
+def test_the_trainer_runs_a_rubric_stage_step(tmp_path):
     from agentjax.train.metrics import read_metrics
-    from agentjax.train.tree_loop import NoSignalError
+    from agentjax.train.trainer import train
+    from agentjax.train.trees import NoSignalError
     from tests.train.test_tree_loop import TREE, small_run
 
     tree = dataclasses.replace(TREE, rubric_tokens=320, grade_tokens=96, rubric_choices=True, max_skipped_batches=0)
@@ -129,7 +129,7 @@ def test_the_tree_loop_runs_a_rubric_stage_step(tmp_path):
     run = run.replace(train=run.train.replace(credit=credit))
     assert run.fork_collect.branches == 2
     try:
-        loop.train(run)
+        train(run)
     except NoSignalError:
         pass  # the random policy's branches rarely differ in outcome: no mixed group, no step
     (line,) = read_metrics(tmp_path)[:1]

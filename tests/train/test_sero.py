@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentjax.train import loop
+from agentjax.train import trainer
 from agentjax.train.config import SeroConfig
 from agentjax.train.metrics import read_metrics
 from tests.train.test_loop import small_run
@@ -23,8 +23,8 @@ def _run(out, sero):
 
 @pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
 def test_sero_leaves_the_base_method_unchanged(tmp_path):
-    loop.train(_run(tmp_path / "base", None))
-    loop.train(_run(tmp_path / "sero", SeroConfig(micro_batch_size=4)))
+    trainer.train(_run(tmp_path / "base", None))
+    trainer.train(_run(tmp_path / "sero", SeroConfig(micro_batch_size=4)))
     base, sero = read_metrics(tmp_path / "base")[-1], read_metrics(tmp_path / "sero")[-1]
     for k, v in base.items():
         if k.startswith(("rollout/", "credit/")) or k in ("train/loss", "train/pg_loss", "train/tokens"):

@@ -18,12 +18,12 @@ import jax
 import pytest
 
 from agentjax.cli import main
-from agentjax.train import loop
+from agentjax.train import offline, trainer
 from agentjax.train.config import LossConfig, ModelConfig, RAOCredit, TrainConfig
 from agentjax.train.metrics import read_metrics
 from agentjax.train.presets import preset, tiny_tree, tiny_tree_arch
 from agentjax.train.runconfig import RunConfig, TreeConfig, WarmStart, run_from_dict
-from agentjax.train.tree_loop import NoSignalError, batch_capacity, load_trees
+from agentjax.train.trees import NoSignalError, batch_capacity, load_trees
 from tests.train.conftest import leaves_equal
 
 orbax_leftovers = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -52,7 +52,7 @@ def without_timings(lines):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("uninterrupted")
-    return out, loop.train(small_run(out))
+    return out, trainer.train(small_run(out))
 
 
 @pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
@@ -93,17 +93,17 @@ def test_two_updates_write_metrics_trees_evaluations_and_checkpoints(uninterrupt
 def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
     out, full = uninterrupted
     stop = next(line["step"] for line in read_metrics(out) if line.get("schedule/step") == 1)  # batches up to step 1
-    first = loop.train(small_run(tmp_path), stop_after=stop)
+    first = trainer.train(small_run(tmp_path), stop_after=stop)
     assert first["step"] == stop and first["optimizer_steps"] == 1
-    resumed = loop.train(small_run(tmp_path), resume=True)
+    resumed = trainer.train(small_run(tmp_path), resume=True)
     assert resumed["resumed_from"] == stop and resumed["optimizer_steps"] == 2
     assert leaves_equal(resumed["params"], full["params"])
     assert without_timings(read_metrics(tmp_path)) == without_timings(read_metrics(out))
     with pytest.raises(FileExistsError, match="already holds checkpoints"):
-        loop.train(small_run(tmp_path))
+        trainer.train(small_run(tmp_path))
     changed = small_run(tmp_path, tree=dataclasses.replace(TREE, max_turns=9))
     with pytest.raises(ValueError, match="tree.max_turns"):
-        loop.train(changed, resume=True)
+        trainer.train(changed, resume=True)
 
 
 @pytest.mark.slow  # for CI time: `make test-slow` (README, "Tests")
@@ -113,7 +113,7 @@ def test_a_run_without_signal_stops(uninterrupted, tmp_path):
     run = small_run(tmp_path, eval_every=0, tree=dataclasses.replace(TREE, max_skipped_batches=1))
     run = run.replace(train=run.train.replace(credit=RAOCredit()))
     with pytest.raises(NoSignalError, match="2 batches trained nothing"):
-        loop.train(run)
+        trainer.train(run)
     lines = read_metrics(tmp_path)
     assert [(x["schedule/no_signal"], x["schedule/step"], x["schedule/skipped"]) for x in lines] == [(1, 0, 1),
                                                                                                     (1, 0, 2)]
@@ -126,7 +126,7 @@ def test_rao_plus_d_trains_delegation_tokens_on_its_decomposition_steps(uninterr
     events (leaf coverage); a decomposition batch without a launch event trains nothing and is drawn again."""
     run = small_run(tmp_path, eval_every=0, checkpoint_every=0)
     run = run.replace(train=run.train.replace(credit=RAOCredit(stages=(1, 1, 0), filter_zero_variance=False)))
-    summary = loop.train(run)
+    summary = trainer.train(run)
     lines = read_metrics(tmp_path)
     assert summary["optimizer_steps"] == 2 and lines[0]["schedule/stage"] == 0 and not lines[0]["schedule/no_signal"]
     assert all(line["schedule/stage"] == 1 for line in lines[1:]) and lines[-1]["schedule/step"] == 2
@@ -211,7 +211,7 @@ def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
     run = small_run(tmp_path, eval_every=0, checkpoint_every=2, tree=tree)
     run = run.replace(train=run.train.replace(credit=SERACredit(stages=(1, 1, 0), filter_zero_variance=False)))
     assert run.rubric_collect.constrained and run.rubric_collect.reading == "final"
-    summary = loop.train(run)
+    summary = trainer.train(run)
     lines = read_metrics(tmp_path)
     assert summary["optimizer_steps"] == 2
     for line in lines:
@@ -226,7 +226,7 @@ def test_sera_trains_on_rubric_scores_and_logs_its_rubric_calls(tmp_path):
     # the saved run evaluates with rubric-guided search, graded by the checkpoint or by the initial policy, each to
     # its own file beside the plain evaluation
     for grader, name in (("policy", "eval_2_search2.json"), ("initial", "eval_2_search2_initial.json")):
-        result = loop.evaluate_checkpoint(str(tmp_path), search=2, grader=grader)
+        result = offline.evaluate_checkpoint(str(tmp_path), search=2, grader=grader)
         assert json.load(open(tmp_path / name))["outcomes"] == result["outcomes"] and result["step"] == 2
         assert 0 <= result["success_rate"] <= 1 and "search/groups" in result and len(result["outcomes"]) == 1
 
@@ -235,7 +235,7 @@ def test_evaluation_searches_only_when_asked(monkeypatch):
     """``eval_search`` turns rubric-guided search on for evaluation only (with the run's rubrics); training and a
     run without it grow trees without search."""
     from agentjax.rollout.tree_search import SearchConfig
-    from agentjax.train import tree_loop
+    from agentjax.train import trees as tree_algorithm
 
     calls = []
 
@@ -246,12 +246,12 @@ def test_evaluation_searches_only_when_asked(monkeypatch):
         calls.append(kwargs)
         raise Called
 
-    monkeypatch.setattr(tree_loop, "run_trees", record)
+    monkeypatch.setattr(tree_algorithm, "run_trees", record)
     run = tiny_tree("sera").replace(eval_search=3)
     policy, key = types.SimpleNamespace(tokenizer=None), jax.random.key(0)
     for r, evaluation in ((run, True), (run, False), (run.replace(eval_search=0), True)):
         with pytest.raises(Called):
-            tree_loop.grow(r, [], policy, key, evaluation=evaluation, grader="g")
+            tree_algorithm.grow(r, [], policy, key, evaluation=evaluation, grader="g")
     (ev, tr, off) = calls
     assert ev["search"] == SearchConfig(candidates=3) and ev["rubrics"] == run.rubric_collect and ev["grader"] == "g"
     assert tr["search"] is None and tr["rubrics"] == run.rubric_collect

@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import agentjax.train.tree_loop
+from agentjax.train import trees
 from agentjax.train.config import ModelConfig, RAOCredit
-from agentjax.train.loop import train
 from agentjax.train.presets import paper_tree, tiny_tree, tiny_tree_arch
+from agentjax.train.trainer import train
 
 SHRUNK = tiny_tree_arch(d_model=32, mlp_dim=64, num_layers=1, head_dim=8)  # 4 heads, 2 kv heads
 
@@ -66,13 +66,13 @@ def test_paper_preset_runs_one_rao_update_on_8_fake_devices(tmp_path, monkeypatc
     sampling = dataclasses.replace(run.collect.sampling, prompt_bucket=1024)  # one prompt shape: one compile
     run = run.replace(updates=1, eval_every=0, checkpoint_every=1, progress=False, out_dir=str(tmp_path),
                       collect=run.collect.replace(batch_bucket=8, sampling=sampling))
-    row_credit = agentjax.train.tree_loop.row_credit
+    row_credit = trees.row_credit
 
     def credited(*args, **kwargs):
         c = row_credit(*args, **kwargs)
         return c.replace(advantage=jnp.where(c.sample, 1.0, 0.0))
 
-    monkeypatch.setattr(agentjax.train.tree_loop, "row_credit", credited)
+    monkeypatch.setattr(trees, "row_credit", credited)
     summary = train(run)
     last = summary["last"]
     assert summary["optimizer_steps"] == 1 and last["train/skipped"] == 0 and last["tree/rows"] == 6
@@ -114,8 +114,7 @@ def test_paper_sera_preset_runs_one_step_of_each_stage_on_8_fake_devices(tmp_pat
     sampling = dataclasses.replace(run.collect.sampling, prompt_bucket=1024)
     run = run.replace(updates=3, eval_every=0, checkpoint_every=3, progress=False, out_dir=str(tmp_path),
                       collect=run.collect.replace(batch_bucket=8, sampling=sampling, constrained=True))
-    loop = agentjax.train.tree_loop
-    row_credit, rubric_credit = loop.row_credit, loop.rubric_credit_rows
+    row_credit, rubric_credit = trees.row_credit, trees.rubric_credit_rows
 
     def every_row(batch, credit, stage, **kwargs):  # the stage's role tokens of every real row, advantage 1
         c, real = row_credit(batch, credit, stage, **kwargs), batch.steps.row_mask
@@ -127,8 +126,8 @@ def test_paper_sera_preset_runs_one_step_of_each_stage_on_8_fake_devices(tmp_pat
         return c.replace(advantage=jnp.where(real, 1.0, 0.0), sample=real,
                          token_mask=rows.steps.response_mask & real[:, None])
 
-    monkeypatch.setattr(loop, "row_credit", every_row)
-    monkeypatch.setattr(loop, "rubric_credit_rows", every_rubric)
+    monkeypatch.setattr(trees, "row_credit", every_row)
+    monkeypatch.setattr(trees, "rubric_credit_rows", every_rubric)
     summary = train(run)
     from agentjax.train.metrics import read_metrics
 
