@@ -233,9 +233,12 @@ def _train(argv: Sequence[str]) -> int:
     from agentjax.train.trainer import train
     from agentjax.train.update import NonFiniteUpdateError
 
-    # force: absl (which orbax imports) has already given the root logger a WARNING-level handler, which would hide
-    # the INFO lines (the checkpoint a run resumed from)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    # force: absl (which orbax imports) has already given the root logger a handler, which would keep this format
+    # and level from applying; the project's own INFO lines (the checkpoint a run resumed from) show, other
+    # libraries' from WARNING on
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    for name in ("agentjax", "envs"):
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
         summary = train(run, resume=args.resume)
     except (FileExistsError, RunFolderBusy, CheckpointError) as e:  # before any update

@@ -332,13 +332,13 @@ def test_a_run_without_a_checkpoint_that_restores_or_stopped_for_nan_is_an_error
                                                                                      stop, code):
     """Every checkpoint of the folder fails to restore (before any update), or the run stopped after too many
     non-finite steps: the error's message and no traceback."""
-    from agentjax.train import checkpoint, loop, update
+    from agentjax.train import checkpoint, trainer, update
 
     error = {"CheckpointError": checkpoint.CheckpointError, "NonFiniteUpdateError": update.NonFiniteUpdateError}[stop]
 
     def train(run, resume=False):
         raise error(f"{stop} in {run.out_dir}")
 
-    monkeypatch.setattr(loop, "train", train)
+    monkeypatch.setattr(trainer, "train", train)
     got, out, err = run_cli(capsys, *BASE, "--out-dir", str(tmp_path))
     assert got == code and not out and err == f"agentjax train: error: {stop} in {tmp_path}\n"
