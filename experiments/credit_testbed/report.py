@@ -69,9 +69,11 @@ def with_check(record: RunRecord, run: RunConfig) -> RunRecord:
 
 
 def records_of(runs: Mapping[Key, RunConfig], json_path: str) -> dict[Key, RunRecord]:
-    """``{(label, seed): record}`` (module docstring), each from its run folder, else from ``json_path``."""
+    """``{(label, seed): record}`` (module docstring) of the finished runs, each from its run folder (where it has
+    reached its last update; a run still training is left out), else from ``json_path``."""
     records = gather(runs, json_path, METRICS)
-    return {k: with_check(r, runs[k]) if r.source != json_path else r for k, r in records.items()}
+    return {k: with_check(r, runs[k]) if r.source != json_path else r for k, r in records.items()
+            if r.source == json_path or r.steps >= runs[k].updates}
 
 
 # -- statistics -----------------------------------------------------------------------------------------------------

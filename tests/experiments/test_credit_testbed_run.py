@@ -22,7 +22,7 @@ def fake_run(run, exact, pearson, check=(0.5, 0.03, 0.52)):
     """A run folder as the trainer and the final check leave it: ``exact`` / ``pearson`` at updates 0, 5, 10."""
     os.makedirs(os.path.join(run.out_dir, "eval"), exist_ok=True)
     with open(os.path.join(run.out_dir, "metrics.jsonl"), "w") as f:
-        for i, u in enumerate(range(0, run.updates + 1, run.eval_every)):
+        for i, u in enumerate(range(0, len(exact) * run.eval_every, run.eval_every)):
             line = {"step": u, "exact/success": exact[i], "exact/value": exact[i] / 2}
             if u:
                 line |= {"credit/pearson": pearson[i - 1], "credit/sign_agreement": 0.6, "rollout/success_rate": 0.5}
@@ -78,6 +78,9 @@ def test_the_table_on_hand_made_runs_and_its_rebuild_from_the_json_alone(tmp_pat
     }
     for key, run in runs.items():
         fake_run(run, curves[key], [0.1 * (key[1] + 1), 0.3], check=(0.55, 0.03, 0.5))
+    training = arm_run("s3", "crbc", 3, runs=str(runs_dir), updates=UPDATES + 5, eval_every=EVERY)
+    fake_run(training, [0.1, 0.2, 0.3], [0.1, 0.1])  # at update 10 of 15: still training, left out
+    assert set(rep.records_of(runs | {("crbc", 3): training}, str(results / "none.json"))) == set(runs)
     table = rep.report(runs, "s3", str(results))
     sero, base = table["crbc+sero"], table["crbc"]
     gains = [0.85, 0.72, 0.3]
