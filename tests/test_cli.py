@@ -1,8 +1,9 @@
-"""``agentjax train`` / ``agentjax eval``: presets with overrides, and clear one-line errors (exit status 2) for bad
-flags and impossible configs before any work starts (each case returns in well under a second: nothing is built);
+"""``agentjax train`` / ``agentjax eval``: presets with flags, and clear errors (exit status 2) for bad flags and
+impossible configs before any work starts (each case returns in well under a second: nothing is built); a --help a
+person can read (at most 60 grouped flags, each with its help; internals are not flags; each thing one spelling);
 every env's tiny and paper presets; SERO's ``--sero`` / ``--sero.*`` flags (parsed and validated only, and the
-dry run's ``sero`` block); one real update on each env that no other training test runs (TextCraft-Synth, TextWorld,
-TextWorld-Sync), through the command line.
+dry run's ``sero`` block); the golden runs' saved configs against the command line's; one real update on each env
+that no other training test runs (TextCraft-Synth, TextWorld, TextWorld-Sync), configured by the command line.
 
 The one-update runs share one shrunk model and one set of shapes (1 layer of width 32, 1,024 prompt and 64 reply
 tokens, 32 allowed tokens a position), so the update and the sampler compile once for the three: 76-88 s for the
@@ -19,12 +20,14 @@ import math
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
 from agentjax.cli import _USAGE, build_run, main
-from agentjax.train.config import SeroConfig
-from agentjax.train.runconfig import ENVS
+from agentjax.train.config import CREDIT_METHODS, SeroConfig
+from agentjax.train.presets import TREE_METHODS
+from agentjax.train.runconfig import ENVS, RunConfig, run_from_dict
 
 BASE = ["train", "--method", "crbc", "--env", "sokoban", "--preset", "tiny"]
 ALL_ENVS = ("sokoban", "alfworld", "webshop", "textcraft", "textcraft_synth", "textworld", "textworld_sync", "mdp")
@@ -43,8 +46,8 @@ def run_cli(capsys, *argv):
 
 
 def test_dry_run_prints_the_preset_with_overrides(capsys):
-    code, out, _ = run_cli(capsys, *BASE, "--dry-run", "--train.optimizer.learning-rate", "1e-5",
-                           "--train.credit.w-step", "10", "--updates", "3", "--num-groups", "2", "--group-size", "16")
+    code, out, _ = run_cli(capsys, *BASE, "--dry-run", "--learning-rate", "1e-5", "--credit.w-step", "10",
+                           "--updates", "3", "--num-groups", "2", "--group-size", "16")
     assert code == 0
     config = json.loads(out)
     assert config["train"]["optimizer"]["learning_rate"] == 1e-5 and config["updates"] == 3
@@ -60,8 +63,7 @@ def test_paper_presets_build_for_every_method_and_env(tmp_path):
     for env in ALL_ENVS:  # every method on three envs, the env-dependent credit branches on the others
         for method in methods if env in ("sokoban", "alfworld", "webshop") else ("grpo", "gigpo", "crbc"):
             for name, mesh in (("paper-1.5b", (8, 1)), ("paper-7b", (4, 2))):
-                run, args = build_run(["--method", method, "--env", env, "--preset", name,
-                                       "--train.model.checkpoint", str(tmp_path)])
+                run, args = build_run(["--method", method, "--env", env, "--preset", name, "--model", str(tmp_path)])
                 assert run.train.credit.method == method and run.mesh == mesh and not args.resume
 
 
@@ -121,22 +123,29 @@ def test_a_missing_data_folder_names_what_the_env_needs(tmp_path, monkeypatch):
         ENVS["textcraft_synth"].tasks("train_medium")
 
 
-# One shrunk model and one set of shapes for every env (module docstring): the update compiles once.
+# One shrunk model and one set of shapes for every env (module docstring): the update compiles once. The sizes are
+# flags; the model's architecture and the sampler's buckets are the preset's (not flags), set here in code.
 SMOKE = ["--num-groups", "1", "--group-size", "2", "--max-steps", "2", "--no-warm-start", "--eval-every", "0",
-         "--updates", "1", "--no-progress", "--no-tensorboard", "--train.model.arch.d-model", "32",
-         "--train.model.arch.mlp-dim", "64", "--train.model.arch.num-layers", "1", "--train.model.arch.head-dim", "8",
-         "--train.rollout.prompt-len", "1024", "--collect.max-prompt-tokens", "1024",
-         "--collect.sampling.prompt-bucket", "1024", "--train.rollout.response-len", "64",
-         "--collect.sampling.max-new-tokens", "64", "--collect.max-allowed", "32"]
+         "--updates", "1", "--no-progress", "--no-tensorboard", "--prompt-len", "1024", "--response-len", "64"]
+
+
+def shrunk(run: RunConfig) -> RunConfig:
+    """``run`` with the smoke runs' model (1 layer of width 32) and sampler shapes (one prompt bucket, 32 allowed
+    tokens a position)."""
+    arch = dataclasses.replace(run.train.model.arch, d_model=32, mlp_dim=64, num_layers=1, head_dim=8)
+    collect = run.collect.replace(max_allowed=32, sampling=dataclasses.replace(run.collect.sampling,
+                                                                                prompt_bucket=1024))
+    return run.replace(train=run.train.replace(model=dataclasses.replace(run.train.model, arch=arch)),
+                       collect=collect)
 
 
 @pytest.mark.slow  # the first of the three compiles the update and the sampler (module docstring)
 @pytest.mark.parametrize("env", NEW_ENVS)
-def test_one_update_on_the_new_envs(capsys, tmp_path, env):
-    code = main(["train", "--method", "grpo", "--env", env, "--preset", "tiny", "--out-dir", str(tmp_path), *SMOKE])
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    summary = json.loads(out.out)
+def test_one_update_on_the_new_envs(tmp_path, env):
+    from agentjax.train import train
+
+    run, _ = build_run(["--method", "grpo", "--env", env, "--preset", "tiny", "--out-dir", str(tmp_path), *SMOKE])
+    summary = train(shrunk(run))
     last = summary["last"]
     assert summary["step"] == 1 and last["rollout/num_episodes"] == 2 and last["train/skipped"] == 0
     assert last["train/rows"] == 4 and math.isfinite(last["train/loss"])
@@ -148,20 +157,18 @@ def test_one_update_on_the_new_envs(capsys, tmp_path, env):
     (["train", "--method", "crbc", "--env", "sokoban", "--preset", "huge"], "argument --preset: invalid choice"),
     (["train", "--method", "crbc", "--env", "sokoban"], "the following arguments are required: --preset"),
     (["fit"], "unknown command 'fit'"),
-    ([*BASE, "--train.micro-batch-size", "7"], "does not split into micro-batches of 7"),
-    ([*BASE, "--train.micro-batch-size", "4", "--train.rollout.capacity", "16", "--collect.capacity", "16"],
-     "16 row slots .* 128 rollouts"),
-    ([*BASE, "--train.rollout.group-size", "16"], "train.rollout.group_size=16 but collect.group_size=8"),
-    ([*BASE, "--collect.max-steps", "5"], "train.rollout.max_steps=15 but collect.max_steps=5"),
-    ([*BASE, "--mesh", "3", "3"], "micro_batch_size=40 must be a multiple of the mesh's fsdp size 3"),
-    ([*BASE, "--mesh", "2", "2"], r"mesh=\(2, 2\) needs 4 devices"),
-    ([*BASE, "--eval-seeds", "0"], "eval_seeds must be >= 1"),
-    ([*BASE, "--train.credit.beta", "1.5"], r"CRBCCredit.beta must be in \(0, 1\]"),
-    ([*BASE, "--train.model.checkpoint", "/nonexistent"], "has no config.json"),
-    ([*BASE, "--train.model.arch.vocab-size", "512"], "smaller than the Qwen tokenizer"),
+    ([*BASE, "--micro-batch-size", "7"], "does not split into micro-batches of 7"),
+    ([*BASE, "--mesh", "3", "3"], "--micro-batch-size=40 must be a multiple of the mesh's fsdp size 3"),
+    ([*BASE, "--mesh", "2", "2"], r"--mesh=\(2, 2\) needs 4 devices"),
+    ([*BASE, "--eval-seeds", "0"], "--eval-seeds must be >= 1"),
+    ([*BASE, "--credit.beta", "1.5"], r"--credit.beta must be in \(0, 1\]"),
+    ([*BASE, "--learning-rate", "0"], "--learning-rate must be > 0"),
+    ([*BASE, "--temperature", "0"], "--temperature must be > 0"),
+    ([*BASE, "--model", "/nonexistent"], "has no config.json"),
+    ([*BASE, "--max-nonfinite-updates", "-1"], "--max-nonfinite-updates must be >= 0"),
     ([*BASE, "--env-kwargs", "room_size", "7"], "env_kwargs=.* do not fit SokobanEnv"),
-    ([*BASE, "--workers", "1000"], "workers=1000 is more than the 128 env slots"),
-    (["train", "--method", "crbc", "--env", "sokoban", "--preset", "paper-1.5b"], "--train.model.checkpoint DIR"),
+    ([*BASE, "--workers", "1000"], "--workers=1000 is more than the 128 env slots"),
+    (["train", "--method", "crbc", "--env", "sokoban", "--preset", "paper-1.5b"], "pass --model DIR"),
     (["eval", "--checkpoint", "/nonexistent"], "not a training run folder"),
 ])
 def test_bad_flags_and_impossible_configs_are_clear_errors(capsys, argv, message):
@@ -171,9 +178,114 @@ def test_bad_flags_and_impossible_configs_are_clear_errors(capsys, argv, message
     assert re.search(message, flat), err
 
 
-def test_an_unknown_override_is_named(capsys):
-    code, _, err = run_cli(capsys, *BASE, "--train.credit.lam", "0.9")  # a PPO parameter, not CRBC's
-    assert code == 2 and "--train.credit.lam" in err
+def test_an_unknown_flag_is_named(capsys):
+    code, _, err = run_cli(capsys, *BASE, "--credit.lam", "0.9")  # a PPO parameter, not CRBC's
+    assert code == 2 and "--credit.lam" in err
+
+
+# Spellings the command line no longer has: sampler / compiler internals (the preset's and the backend's), the
+# collector's copies of the sizes, the batch capacity, the model's architecture, and the second SERO spelling.
+INTERNALS = [("--collect.dense-draws",), ("--collect.sparse-logits",), ("--collect.row-bucket", "64"),
+             ("--collect.max-trie-edges", "1024"), ("--train.model.arch.attention-unroll", "4"),
+             ("--collect.group-size", "8"), ("--train.rollout.num-groups", "2"), ("--capacity", "16"),
+             ("--tokenizer", "words:mdp"), ("--train.sero.coef", "0.3"), ("--train.optimizer.learning-rate", "1e-5"),
+             ("--train.credit.beta", "0.9")]
+
+
+@pytest.mark.parametrize("flag", INTERNALS, ids=lambda f: f[0])
+def test_internals_and_old_spellings_are_not_flags(capsys, flag):
+    code, out, err = run_cli(capsys, *BASE, "--sero", *flag, "--dry-run")
+    assert code == 2 and not out and flag[0] in err
+
+
+def help_flags(text: str) -> dict[str, str]:
+    """The flags a --help text lists (argparse's and tyro's entries), each with its help (defaults left out)."""
+    rows = [line.replace("│", " ").rstrip() for line in text.splitlines()]
+    entries: dict[str, str] = {}
+    flag = None
+    for line in rows:
+        match = re.match(r"^\s{1,3}(--[a-z][\w.-]*)(.*)$", line)
+        if match:
+            flag = match.group(1)
+            entries[flag] = match.group(2)
+        elif flag and line.startswith(" " * 10) and line.strip():
+            entries[flag] += " " + line.strip()
+        elif not line.strip() or "─" in line or "╭" in line or "╰" in line:
+            flag = None
+    helps = {}
+    for name, rest in entries.items():  # drop the metavar and the "(default: ...)" / "(preset: ...)" hint
+        words = re.sub(r"\((default|preset): [^)]*\)", "", rest).split()
+        helps[name] = " ".join(w for w in words if not re.fullmatch(r"[A-Z{\[][\w{},|.\[\]-]*|--[\w.-]+,?", w))
+    return helps
+
+
+PAPER = [(m, e, "paper-4b" if m in TREE_METHODS else p) for m in sorted(CREDIT_METHODS)
+         for e in (("textcraft_synth", "textworld_sync") if m in TREE_METHODS else ("alfworld", "webshop"))
+         for p in (("paper-4b",) if m in TREE_METHODS else ("paper-1.5b", "paper-7b"))]
+
+
+@pytest.mark.parametrize("method, env, preset", [*dict.fromkeys(PAPER), ("sera", "textworld_sync", "tiny"),
+                                                 ("crbc", "sokoban", "tiny"), ("graphgpo", "mdp", "tiny")])
+def test_help_lists_at_most_60_grouped_flags_each_with_its_help(capsys, method, env, preset):
+    code, out, _ = run_cli(capsys, "train", "--method", method, "--env", env, "--preset", preset, "--help")
+    assert code == 0
+    flags = help_flags(out)
+    assert len(flags) <= 60, (len(flags), sorted(flags))
+    assert all(len(text.split()) >= 2 for text in flags.values()), {k: v for k, v in flags.items() if
+                                                                     len(v.split()) < 2}
+    groups = re.findall(r"^[\s│╭─]*(\w+) options\b", out, re.M)
+    assert groups[:3] == ["run", "model", "sizes"] and "credit" in groups and "output" in groups
+    assert ("tree" in groups) == (method in TREE_METHODS) and "sero" not in groups
+    for flag in ("--num-groups", "--group-size", "--max-steps", "--learning-rate", "--updates", "--eval-every",
+                 "--out-dir", "--dry-run", "--resume", "--seed", "--model", "--sero"):
+        assert flag in flags
+    assert not any(f.startswith(("--train.", "--collect.")) for f in flags)
+
+
+def test_sero_flags_are_listed_with_sero(capsys):
+    code, out, _ = run_cli(capsys, "train", "--method", "crbc", "--env", "alfworld", "--preset", "paper-1.5b",
+                           "--sero", "--help")
+    flags = help_flags(out)
+    assert code == 0 and {f"--sero.{f.name.replace('_', '-')}" for f in dataclasses.fields(SeroConfig)} <= set(flags)
+    assert all(len(text.split()) >= 2 for text in flags.values())
+
+
+def test_each_size_is_set_once(capsys):
+    code, out, err = run_cli(capsys, *BASE, "--num-groups", "2", "--max-steps", "3", "--prompt-len", "96",
+                             "--response-len", "12", "--dry-run")
+    assert code == 0, err
+    config = json.loads(out)
+    ro, co = config["train"]["rollout"], config["collect"]
+    assert (ro["num_groups"], ro["max_steps"], ro["prompt_len"], ro["response_len"]) == (2, 3, 96, 12)
+    assert (co["max_steps"], co["max_prompt_tokens"], co["sampling"]["max_new_tokens"]) == (3, 96, 12)
+    assert ro["capacity"] == co["capacity"] == 2 * 8 * 3  # every turn fits
+
+
+def test_env_kwargs_merge_onto_the_presets(capsys):
+    code, out, err = run_cli(capsys, "train", "--method", "grpo", "--env", "textcraft", "--preset", "tiny",
+                             "--eval-env-kwargs", "admissible", "False", "--dry-run")
+    assert code == 0, err
+    config = json.loads(out)
+    assert config["env_kwargs"] == {"admissible": True} and config["eval_env_kwargs"] == {"admissible": False}
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent / "golden").glob("*.json")), ids=lambda p: p.stem)
+def test_a_saved_run_config_loads_and_the_command_line_gives_it_again(path):
+    """A golden run's run_config.json (written by older code) loads, and its argv builds the same config; the only
+    differences are fields added since, at their defaults."""
+    golden = json.loads(path.read_text())
+    saved = golden["run_config"]
+    assert run_from_dict(saved).out_dir == saved["out_dir"]
+    run, _ = build_run([*golden["argv"], "--out-dir", saved["out_dir"]])
+
+    def flat(d, prefix=""):
+        return {k2: v2 for k, v in d.items() for k2, v2 in (flat(v, f"{prefix}{k}.") if isinstance(v, dict) else
+                                                            {f"{prefix}{k}": v}).items()}
+
+    now, then = flat(run.to_dict()), flat(saved)
+    assert {k: now[k] for k in then} == then
+    defaults = flat(RunConfig().to_dict())
+    assert all(now[k] == defaults[k] for k in set(now) - set(then))
 
 
 SERO = ["--method", "graphgpo", "--env", "sokoban", "--preset", "tiny"]
@@ -198,10 +310,8 @@ def test_sero_fields_are_flags_and_imply_sero(tmp_path):
     assert run.train.sero == SeroConfig(coef=0.5, scheme="root_only", k=3, roots="prioritised", bank=str(bank),
                                         max_oracle_steps=4, bank_branches=2, soft_gate=True, gate_on="reward",
                                         oracle_timeout=30.0)
-    run, _ = build_run([*SERO, "--train.sero.coef", "0.3"])  # tyro's nested override turns it on too
-    assert run.train.sero == SeroConfig(coef=0.3)
-    run, _ = build_run([*SERO, "--sero.coef", "0.5", "--train.sero.coef", "0.3", "--sero.micro-batch-size", "8"])
-    assert (run.train.sero.coef, run.train.oracle_micro_batch_size) == (0.3, 8)  # tyro's wins
+    run, _ = build_run([*SERO, "--sero.coef", "0.3", "--sero.micro-batch-size", "8"])
+    assert (run.train.sero.coef, run.train.oracle_micro_batch_size) == (0.3, 8)
     assert run.train.oracle_rows == 16 * 15  # every step of every group's budget, whole micro-batches of 8
 
 
@@ -217,32 +327,41 @@ def test_dry_run_prints_the_sero_block(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--sero.scheme", "root-only"], r"argument --sero.scheme: invalid choice: 'root-only' \(choose from 'sero', "),
     (["--sero", "--sero.coef", "-0.5"], r"--sero.coef must be > 0, got -0.5"),
     (["--sero.coef", "0"], r"--sero.coef must be > 0, got 0.0"),
-    (["--sero.k", "1.5"], r"argument --sero.k: invalid int value: '1.5'"),
     (["--sero.gamma", "2"], r"--sero.gamma must be in \(0, 1\], got 2.0"),
-    (["--sero.roots", "greedy"], r"argument --sero.roots: invalid choice: 'greedy'"),
-    (["--sero.lambda", "0.1"], r"unrecognized SERO flag --sero.lambda; the --sero.\* fields are coef, scheme"),
-    (["--sero.bank", "/nonexistent/bank.npz"], r"sero.bank='/nonexistent/bank.npz' is not a file"),
+    (["--sero.bank", "/nonexistent/bank.npz"], r"--sero.bank '/nonexistent/bank.npz' is not a file"),
     (["--sero.capacity", "7"], r"the oracle batch of 7 rows \(sero.capacity\) does not split into micro-batches of 40"),
-    (["--sero.oracle-timeout", "5"], r"oracle_timeout=5.0 .* set RunConfig.workers >= 1 \(--workers\)"),
-    (["--sero.oracle-timeout", "0", "--workers", "2"], r"--sero.oracle_timeout must be > 0, got 0.0"),
+    (["--sero.oracle-timeout", "5"], r"--sero.oracle-timeout=5.0 .* set --workers >= 1"),
+    (["--sero.oracle-timeout", "0", "--workers", "2"], r"--sero.oracle-timeout must be > 0, got 0.0"),
 ])
-def test_bad_sero_flags_are_one_line_errors(capsys, argv, message):
+def test_bad_sero_values_are_one_line_errors(capsys, argv, message):
     code, out, err = run_cli(capsys, "train", *SERO, *argv, "--dry-run")
     assert code == 2 and not out and err.count("\n") == 1 and err.startswith("agentjax train: error: "), err
     assert re.search(message, err), err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sero.scheme", "root-only"], r"invalid choice.*root-only.*sero.*root_only"),
+    (["--sero.k", "1.5"], r"--sero.k.*1.5"),
+    (["--sero.roots", "greedy"], r"invalid choice.*greedy"),
+    (["--sero.lambda", "0.1"], r"--sero.lambda"),
+])
+def test_bad_sero_flags_are_named(capsys, argv, message):
+    code, out, err = run_cli(capsys, "train", *SERO, *argv, "--dry-run")
+    assert code == 2 and not out
+    assert re.search(message, " ".join(err.replace("│", " ").split())), err
 
 
 def test_help(capsys):
     code, out, _ = run_cli(capsys)
     assert code == 2 and "agentjax train --method" in out
     code, out, _ = run_cli(capsys, "train", "--help")
-    assert code == 0 and "--preset" in out and "--sero.scheme {sero,root_only," in out and "--sero.coef FLOAT" in out
+    assert code == 0 and "--preset" in out and "--sero " in out and "--help lists every flag" in out
     assert "--sero" in _USAGE
-    code, out, _ = run_cli(capsys, *BASE, "--sero", "--help")  # this parser's flags, then tyro's overrides
-    assert code == 0 and "--sero.k INT" in out and "--train.sero.coef" in out
+    code, out, _ = run_cli(capsys, *BASE, "--sero", "--help")  # this parser's flags, then the run's
+    assert code == 0 and "--sero.k INT" in out and "--sero.scheme {sero,root_only," in out
+    assert "--train.sero" not in out
 
 
 # -- RAO: recursive trees -------------------------------------------------------------------------------------------
@@ -253,7 +372,7 @@ RAO = ["train", "--method", "rao", "--env", "textcraft_synth", "--preset", "tiny
 def test_rao_dry_run_with_tree_and_schedule_overrides(capsys, env):
     code, out, err = run_cli(capsys, "train", "--method", "rao", "--env", env, "--preset", "tiny", "--dry-run",
                              "--num-groups", "1", "--group-size", "2", "--max-steps", "4", "--tree.max-depth", "1",
-                             "--train.credit.stages", "12", "4", "0")
+                             "--credit.stages", "12", "4", "0")
     assert code == 0, err
     config = json.loads(out)
     credit, ro, tree = config["train"]["credit"], config["train"]["rollout"], config["tree"]
@@ -269,8 +388,7 @@ def test_rao_dry_run_with_tree_and_schedule_overrides(capsys, env):
 def test_rao_paper_preset(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     for env, steps in (("textcraft_synth", 250), ("textworld_sync", 400)):
-        run, _ = build_run(["--method", "rao", "--env", env, "--preset", "paper-4b", "--train.model.checkpoint",
-                            str(tmp_path)])
+        run, _ = build_run(["--method", "rao", "--env", env, "--preset", "paper-4b", "--model", str(tmp_path)])
         ro = run.train.rollout
         assert run.train.model.arch.name == "qwen3-4b" and run.mesh == (8, 1) and run.updates == steps
         assert (ro.num_groups, ro.group_size, ro.max_steps, run.tree.max_depth) == (8, 8, 20, 3)
@@ -282,11 +400,12 @@ def test_rao_paper_preset(tmp_path):
     (["train", "--method", "rao", "--env", "textcraft_synth", "--preset", "paper-1.5b"], "paper preset is paper-4b"),
     (["train", "--method", "grpo", "--env", "textcraft_synth", "--preset", "paper-4b"], "tree methods' preset"),
     (["train", "--method", "rao", "--env", "sokoban", "--preset", "tiny"], "trains recursive agents on"),
-    ([*RAO, "--train.credit.stages", "16", "2", "2"], "rubric stage needs SERA"),
-    ([*RAO, "--train.loss.kl-coef", "0.01"], "without KL or entropy terms"),
-    ([*RAO, "--train.mini-batches", "2"], "one optimizer step per batch"),
-    ([*RAO, "--workers", "2"], "workers=0"),
-    ([*RAO, "--tree.max-nodes", "0"], "max_nodes must be >= 1"),
+    ([*RAO, "--credit.stages", "16", "2", "2"], "rubric stage needs SERA"),
+    ([*RAO, "--kl-coef", "0.01"], "--kl-coef"),  # CISPO without KL or entropy, one step a batch, no env workers:
+    ([*RAO, "--mini-batches", "2"], "--mini-batches"),  # not flags of a tree run
+    ([*RAO, "--workers", "2"], "--workers"),
+    ([*RAO, "--eval-search", "2"], "--eval-search"),  # SERA's
+    ([*RAO, "--tree.max-nodes", "0"], "--tree.max-nodes must be >= 1"),
     ([*RAO, "--eval-env-kwargs", "nope", "1"], "eval_env_kwargs=.* do not fit textcraft_synth.s tree world"),
     ([*RAO, "--sero"], "SERO's oracle branch is for the flat methods"),
 ])
@@ -297,14 +416,15 @@ def test_bad_rao_configs_are_clear_errors(capsys, argv, message):
 
 
 @pytest.mark.slow  # compiles the sampler and the tree update (tests/train/test_tree_loop.py runs the loop itself)
-def test_one_rao_update_through_the_command_line(capsys, tmp_path):
-    code = main([*RAO, "--out-dir", str(tmp_path), *SMOKE[:-2], "--max-steps", "4", "--tree.max-depth", "1",
-                 "--tree.max-nodes", "4", "--train.credit.no-filter-zero-variance"])
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    summary = json.loads(out.out)
+def test_one_rao_update_configured_by_the_command_line(capsys, tmp_path):
+    from agentjax.train import train
+
+    run, _ = build_run([*RAO[1:], "--out-dir", str(tmp_path), *SMOKE, "--max-steps", "4", "--tree.max-depth", "1",
+                        "--tree.max-nodes", "4", "--credit.no-filter-zero-variance"])
+    summary = train(shrunk(run))
     assert summary["optimizer_steps"] == 1 and summary["last"]["schedule/step"] == 1
     assert math.isfinite(summary["last"]["train/loss"]) and summary["last"]["tree/rows"] >= 2
+    capsys.readouterr()
     assert main(["trees", "--run", str(tmp_path)]) == 0 and "tree 0 of task" in capsys.readouterr().out
 
 

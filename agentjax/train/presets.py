@@ -18,7 +18,7 @@ uses all of it (:data:`PAPER_EVAL_TASKS`). The batch holds every turn (``16·8·
 Hardware the paper presets expect: one node of 8 GPUs with 80 GB each (A100 / H100 80GB). ``paper-1.5b`` shards
 over ``mesh = (fsdp 8, tp 1)``, ``paper-7b`` over ``(fsdp 4, tp 2)``; float32 parameters and AdamW moments
 (1.5B: ≈ 24 GB, 7B: ≈ 122 GB in total, split 8 ways), bfloat16 matmuls, rematerialised blocks. They start from
-the Instruct weights: pass ``--train.model.checkpoint DIR`` (enforced by ``require_pretrained``).
+the Instruct weights: pass ``--model DIR`` (enforced by ``require_pretrained``).
 
 The ``tiny`` preset: a 2-layer, d = 64 random-init Qwen2-architecture policy with the full Qwen vocabulary (151,936;
 the real tokenizer), constrained decoding of ``<action>…</action>`` replies trained on the distribution it samples
@@ -63,7 +63,15 @@ from agentjax.train.config import (
     TrainConfig,
     credit_for,
 )
-from agentjax.train.runconfig import ENVS, WORDS_PREFIX, RunConfig, TreeConfig, WarmStart, full_capacity
+from agentjax.train.runconfig import (
+    ENVS,
+    WORDS_PREFIX,
+    RunConfig,
+    TreeConfig,
+    WarmStart,
+    full_capacity,
+    sized_collect,
+)
 from agentjax.train.schedule import TOTAL_STEPS
 
 PRESETS = ("tiny", "paper-1.5b", "paper-7b", "paper-4b")
@@ -163,14 +171,12 @@ def tiny_word_arch(**kw: Any) -> QwenConfig:
 
 def _sized(train: TrainConfig, collect: CollectConfig, *, num_groups: int, group_size: int, max_steps: int,
            prompt_len: int, response_len: int, micro_batch_size: int | None = None) -> dict[str, Any]:
-    """``train`` and ``collect`` with the same sizes (every turn of every rollout fits the batch) and, if given, the
-    micro-batch size that splits it."""
+    """``train`` with the run's sizes (every turn of every rollout fits the batch) and, if given, the micro-batch size
+    that splits it; ``collect`` with the same sizes (:func:`~agentjax.train.runconfig.sized_collect`)."""
     ro = RolloutConfig(num_groups=num_groups, group_size=group_size, max_steps=max_steps, prompt_len=prompt_len,
                        response_len=response_len, capacity=num_groups * group_size * max_steps)
-    co = collect.replace(group_size=group_size, max_steps=max_steps, max_prompt_tokens=prompt_len, capacity=ro.rows,
-                         sampling=dataclasses.replace(collect.sampling, max_new_tokens=response_len))
     micro = dict(micro_batch_size=micro_batch_size) if micro_batch_size is not None else {}
-    return dict(train=train.replace(rollout=ro, **micro), collect=co)
+    return dict(train=train.replace(rollout=ro, **micro), collect=sized_collect(collect, ro))
 
 
 def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
@@ -291,12 +297,11 @@ def tiny_tree_arch(**kw: Any) -> QwenConfig:
 
 
 def _tree_sized(train: TrainConfig, collect: CollectConfig, tree: TreeConfig, **sizes: int) -> dict[str, Any]:
-    """``train`` and ``collect`` with the same sizes (``_sized``'s) and the tree batch's row bound
-    (:func:`~agentjax.train.runconfig.full_capacity`: every turn of every node fits)."""
+    """``_sized`` with the tree batch's row bound (:func:`~agentjax.train.runconfig.full_capacity`: every turn of every
+    node fits)."""
     out = _sized(train, collect, **sizes)
-    rows = full_capacity(out["train"].rollout, tree)
-    return dict(train=out["train"].replace(rollout=dataclasses.replace(out["train"].rollout, capacity=rows)),
-                collect=out["collect"].replace(capacity=rows))
+    ro = dataclasses.replace(out["train"].rollout, capacity=full_capacity(out["train"].rollout, tree))
+    return dict(train=out["train"].replace(rollout=ro), collect=sized_collect(out["collect"], ro))
 
 
 def _tree_credit(method: str, env: str, credit: dict[str, Any], tiny: bool) -> RAOCredit:
@@ -345,7 +350,7 @@ def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any)
     tasks × 8 trees per step, 20 turns per node, depth <= 3, the released optimizer (:data:`RELEASED_ADAM`, lr 3e-6)
     and sampling, 250 (TextCraft-Synth) / 400 (TextWorld-Sync) optimizer steps, every node's whole history in its
     prompt, evaluation on SERA's whole eval split (one tree per task) every 50 steps, on an (fsdp 8, tp 1) mesh of
-    one 8-GPU node. It starts from the Instruct weights (``--train.model.checkpoint DIR``)."""
+    one 8-GPU node. It starts from the Instruct weights (``--model DIR``)."""
     if method not in TREE_METHODS:
         raise ValueError(f"paper_tree: {method!r} is not a tree method ({', '.join(TREE_METHODS)})")
     prompt_len, response_len = PAPER_TREE_LENS[env]

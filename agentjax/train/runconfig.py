@@ -1,8 +1,9 @@
 """`RunConfig`: one training run — the update's `TrainConfig` plus the env, the collector, the schedule and the files.
 
 Sizes have one source: ``train.rollout`` (groups, group size, step cap, prompt / response capacity, batch rows).
-The collector config must agree with it (:meth:`RunConfig.__post_init__` checks every size and names the flag
-to change); :meth:`RunConfig.with_sizes` changes both at once, and the presets build consistent pairs.
+``collect`` holds the collector's other settings; its copies of the sizes are filled in from ``train.rollout``
+(:func:`sized_collect`), so a run states each size once. :meth:`RunConfig.with_sizes` changes sizes (the batch rows
+follow), and :meth:`RunConfig.replace` refuses a ``collect`` whose sizes disagree (set them in ``train.rollout``).
 
 Validation happens in two stages, both before anything heavy is built: ``__post_init__`` checks the values
 themselves (no I/O), :meth:`RunConfig.check` what needs the machine (device count for the mesh, the tokenizer's
@@ -181,6 +182,25 @@ class TreeConfig:
                              f"{self.max_nodes}; raise it or leave it None")
 
 
+def _size_pairs(collect: CollectConfig, rollout: Any) -> tuple[tuple[str, Any, str, Any], ...]:
+    """(``rollout``'s name, its value, collect's name, collect's value) for every size the collector holds."""
+    return (("group_size", rollout.group_size, "group_size", collect.group_size),
+            ("max_steps", rollout.max_steps, "max_steps", collect.max_steps),
+            ("prompt_len", rollout.prompt_len, "max_prompt_tokens", collect.max_prompt_tokens),
+            ("response_len", rollout.response_len, "sampling.max_new_tokens", collect.sampling.max_new_tokens),
+            ("rows", rollout.rows, "capacity", collect.capacity))
+
+
+def sized_collect(collect: CollectConfig, rollout: Any) -> CollectConfig:
+    """``collect`` with the sizes of ``rollout`` (a :class:`~agentjax.train.config.RolloutConfig`): group size, step
+    cap, prompt capacity, reply capacity (``sampling.max_new_tokens``) and batch rows (``capacity``)."""
+    if all(want == got for _, want, _, got in _size_pairs(collect, rollout)):
+        return collect
+    return collect.replace(group_size=rollout.group_size, max_steps=rollout.max_steps,
+                           max_prompt_tokens=rollout.prompt_len, capacity=rollout.rows,
+                           sampling=dataclasses.replace(collect.sampling, max_new_tokens=rollout.response_len))
+
+
 def full_capacity(rollout: Any, tree: TreeConfig | None) -> int:
     """Rows of a batch with every turn fitting: ``G · R · max_steps`` (flat) or ``G · K · max_nodes · max_steps``."""
     rows = rollout.num_groups * rollout.group_size * rollout.max_steps
@@ -197,7 +217,8 @@ class RunConfig:
       env_kwargs: keyword arguments of the env class (e.g. ``{"max_steps": 15}``; a tree run: of its tree world).
       eval_env_kwargs: the env's keyword arguments at evaluation (None: ``env_kwargs``); e.g. TextWorld-Sync trains
         trees with a shared budget of 100 steps and evaluates with each task's own.
-      collect: the collector config; its sizes must equal ``train.rollout``'s.
+      collect: the collector's settings (prompt, rewards, sampler and decoding: the preset's and the backend's
+        choices); its sizes are filled in from ``train.rollout`` (:func:`sized_collect`).
       updates: total updates of the run (a resumed run continues up to it).
       eval_every: evaluate after every N-th update and after the last (0: never).
       eval_at_start: also evaluate the initial policy (update 0) when a run starts from scratch.
@@ -255,6 +276,7 @@ class RunConfig:
     tree: TreeConfig | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "collect", sized_collect(self.collect, self.train.rollout))
         if self.env not in ENVS:
             raise ValueError(f"RunConfig.env={self.env!r} is not an environment; choose one of {sorted(ENVS)}")
         self._check_tree()
@@ -308,18 +330,7 @@ class RunConfig:
                              "process; set workers=0")
 
     def _check_sizes(self) -> None:
-        ro, co = self.train.rollout, self.collect
-        pairs = (
-            ("group_size", ro.group_size, "collect.group_size", co.group_size),
-            ("max_steps", ro.max_steps, "collect.max_steps", co.max_steps),
-            ("prompt_len", ro.prompt_len, "collect.max_prompt_tokens", co.max_prompt_tokens),
-            ("response_len", ro.response_len, "collect.sampling.max_new_tokens", co.sampling.max_new_tokens),
-            ("rows", ro.rows, "collect.capacity", co.capacity),
-        )
-        for name, want, cname, got in pairs:
-            if want != got:
-                raise ValueError(f"train.rollout.{name}={want} but {cname}={got}: the collector fills the update's "
-                                 f"batch, so the sizes must agree; set both (RunConfig.with_sizes does)")
+        ro = self.train.rollout
         episodes = ro.num_groups * ro.group_size
         if self.tree is not None:
             return
@@ -444,11 +455,19 @@ class RunConfig:
         return self.tree_collect.replace(trees_per_task=self.eval_seeds, sampling=sampling, row_keys=True)
 
     def replace(self, **changes: Any) -> RunConfig:
+        """``dataclasses.replace``; a new ``collect`` must carry the sizes of the run's ``train.rollout`` (sizes are
+        set there: :meth:`with_sizes`)."""
+        if changes.get("collect") is not None:
+            rollout = changes.get("train", self.train).rollout
+            for name, want, cname, got in _size_pairs(changes["collect"], rollout):
+                if want != got:
+                    raise ValueError(f"train.rollout.{name}={want} but collect.{cname}={got}: the collector's sizes "
+                                     "are train.rollout's; change sizes there (RunConfig.with_sizes), not in collect")
         return dataclasses.replace(self, **changes)
 
     def with_sizes(self, *, micro_batch_size: int | None = None, **sizes: int | None) -> RunConfig:
         """Change ``num_groups``, ``group_size``, ``max_steps``, ``prompt_len``, ``response_len`` or ``capacity``
-        in ``train.rollout`` and the collector together (``capacity`` defaults to every turn fitting), and the
+        in ``train.rollout`` (``capacity`` defaults to every turn fitting; the collector follows), and the
         micro-batch size if given."""
         unknown = set(sizes) - {"num_groups", "group_size", "max_steps", "prompt_len", "response_len", "capacity"}
         if unknown:
@@ -456,11 +475,8 @@ class RunConfig:
         ro = dataclasses.replace(self.train.rollout, **sizes)
         if "capacity" not in sizes:
             ro = dataclasses.replace(ro, capacity=full_capacity(ro, self.tree))
-        co = self.collect.replace(group_size=ro.group_size, max_steps=ro.max_steps, max_prompt_tokens=ro.prompt_len,
-                                  sampling=dataclasses.replace(self.collect.sampling, max_new_tokens=ro.response_len),
-                                  capacity=ro.rows)
         micro = micro_batch_size or self.train.micro_batch_size
-        return dataclasses.replace(self, train=self.train.replace(rollout=ro, micro_batch_size=micro), collect=co)
+        return dataclasses.replace(self, train=self.train.replace(rollout=ro, micro_batch_size=micro))
 
     def check(self) -> None:
         """Checks that need the machine (module docstring); raises ``ValueError`` / ``FileNotFoundError``."""
@@ -469,14 +485,14 @@ class RunConfig:
         sero = self.train.sero
         if sero is not None and sero.oracle_timeout is not None and self.workers == 0:
             raise ValueError(f"SeroConfig.oracle_timeout={sero.oracle_timeout} bounds the env's oracle calls, "
-                             "which only env worker processes allow; set RunConfig.workers >= 1 (--workers)")
+                             "which only env worker processes allow; set RunConfig.workers >= 1")
         if self.mesh is not None and self.mesh[0] * self.mesh[1] != jax.device_count():
             raise ValueError(f"RunConfig.mesh={self.mesh} needs {self.mesh[0] * self.mesh[1]} devices, there are "
                              f"{jax.device_count()} ({jax.devices()[0].platform}); pick sizes whose product is that")
         ckpt = self.train.model.checkpoint
         if self.require_pretrained and ckpt is None:
             raise ValueError(f"this preset trains {self.train.model.arch.name} from its pretrained Instruct weights; "
-                             "pass --train.model.checkpoint DIR (a Hugging Face folder with config.json and "
+                             "pass --model DIR (train.model.checkpoint: a Hugging Face folder with config.json and "
                              "safetensors)")
         if ckpt is not None and not os.path.isfile(os.path.join(ckpt, "config.json")):
             raise FileNotFoundError(f"train.model.checkpoint={ckpt!r} has no config.json; point it at a Hugging Face "
@@ -581,4 +597,4 @@ def config_hash(*parts: Any) -> str:
 
 
 __all__ = ["ENVS", "WORDS_PREFIX", "EnvSpec", "QWEN_TOKENIZER_SIZE", "RunConfig", "TreeConfig", "WarmStart",
-           "collect_preset", "config_hash", "full_capacity", "run_from_dict"]
+           "collect_preset", "config_hash", "full_capacity", "run_from_dict", "sized_collect"]

@@ -90,3 +90,23 @@ def test_schedule_warms_up_then_holds_or_decays():
     assert float(cosine(12)) == pytest.approx(1e-4)
     assert isinstance(jax.jit(constant)(3), jax.Array)
     assert isinstance(optax.adamw(constant), optax.GradientTransformation)
+
+
+def test_a_run_sets_each_size_once():
+    """``train.rollout`` holds the sizes; the collector's copies follow it; a collector with other sizes is refused."""
+    from agentjax.rollout.collect import CollectConfig
+    from agentjax.train.presets import tiny
+    from agentjax.train.runconfig import RunConfig, run_from_dict
+
+    run = tiny("grpo", "sokoban")
+    small = run.with_sizes(num_groups=2, max_steps=5, prompt_len=96, response_len=12)
+    co = small.collect
+    assert (co.group_size, co.max_steps, co.max_prompt_tokens, co.max_response_tokens, co.capacity) == (8, 5, 96, 12,
+                                                                                                       2 * 8 * 5)
+    assert small.train.rollout.rows == 80 and small.collect.history_length == run.collect.history_length
+    built = RunConfig(train=small.train, env="sokoban", collect=CollectConfig(history_length=0), eval_tasks=4)
+    assert (built.collect.max_steps, built.collect.capacity, built.collect.history_length) == (5, 80, 0)
+    with pytest.raises(ValueError, match="train.rollout.max_steps=15 but collect.max_steps=3"):
+        run.replace(collect=run.collect.replace(max_steps=3))
+    assert run.replace(collect=run.collect.replace(history_length=1)).collect.history_length == 1
+    assert run_from_dict(small.to_dict()) == small
