@@ -129,9 +129,13 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
+class ResumeMismatch(ValueError):
+    """A resumed run's config differs from its checkpoint's (:func:`check_resumable`)."""
+
+
 def check_resumable(run: RunConfig, saved: Mapping[str, Any], path: str) -> None:
-    """Raise unless ``run`` may resume the checkpoint at ``path`` saved with the run config ``saved``
-    (:data:`RESUME_KEYS` equal; a nested field the checkpoint predates compares at its default)."""
+    """Raise :class:`ResumeMismatch` unless ``run`` may resume the checkpoint at ``path`` saved with the run config
+    ``saved`` (:data:`RESUME_KEYS` equal; a nested field the checkpoint predates compares at its default)."""
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}  # keys older checkpoints did not save
     mine, theirs = _flatten({k: run.to_dict()[k] for k in RESUME_KEYS}), _flatten(
         {k: saved.get(k, defaults.get(k)) for k in RESUME_KEYS})
@@ -140,8 +144,8 @@ def check_resumable(run: RunConfig, saved: Mapping[str, Any], path: str) -> None
     diff = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k, fresh.get(k))]
     if diff:
         shown = "; ".join(f"{k}: checkpoint {theirs.get(k)!r} vs now {mine.get(k)!r}" for k in diff[:5])
-        raise ValueError(f"cannot resume from {path}: the run config differs ({shown}); resume with the same config "
-                         "or start a new out_dir")
+        raise ResumeMismatch(f"cannot resume from {path}: the run config differs ({shown}); resume with the same "
+                             "config or start a new out_dir")
 
 
 def _existing_steps(directory: str) -> list[str]:
@@ -190,8 +194,9 @@ class Built:
 def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Built:
     """Validate, then build what every run holds: the task lists, the tokenizer, the model (random init, an HF
     checkpoint or the cached warm start), the optimizer, the state (with the stage schedule's when ``schedule``) or
-    the newest checkpoint that restores; writes ``run_config.json`` and ``initial_policy.json`` (what RL starts
-    from). The caller closes ``checkpoints``."""
+    the newest checkpoint that restores; writes ``initial_policy.json`` (what RL starts from) and, once the state is
+    settled (a resumed run's config checked against its checkpoint's), ``run_config.json``. The caller closes
+    ``checkpoints``."""
     run.check()
     ckpt_dir = os.path.join(run.out_dir, CHECKPOINTS)
     if not resume and _existing_steps(ckpt_dir):
@@ -204,8 +209,6 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
                          f"({run.train.model.arch.vocab_size}); raise train.model.arch.vocab_size")
 
     os.makedirs(run.out_dir, exist_ok=True)
-    with open(os.path.join(run.out_dir, RUN_CONFIG), "w") as f:
-        json.dump(run.to_dict(), f, indent=1)
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run, tokenizer, mesh)
     started = os.path.join(run.out_dir, INITIAL_POLICY)
@@ -227,6 +230,10 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
         if restored is not None:
             state, resumed_from = restored.state, restored.step
             log.info("resumed from %s (step %d)", restored.path, restored.step)
+        else:
+            log.info("resume: %s holds no checkpoint; training from the start", ckpt_dir)
+    with open(os.path.join(run.out_dir, RUN_CONFIG), "w") as f:
+        json.dump(run.to_dict(), f, indent=1)
     return Built(tokenizer, model, tx, state, train_tasks, eval_tasks, checkpoints, resumed_from)
 
 
@@ -378,5 +385,5 @@ def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None
             trainer.close()
 
 
-__all__ = ["CHECKPOINTS", "INITIAL_POLICY", "RUN_CONFIG", "Built", "StepRecord", "Trainer", "algorithm_class",
-           "build", "build_model", "check_resumable", "optimizer", "setup", "task_stream", "train"]
+__all__ = ["CHECKPOINTS", "INITIAL_POLICY", "RUN_CONFIG", "Built", "ResumeMismatch", "StepRecord", "Trainer",
+           "algorithm_class", "build", "build_model", "check_resumable", "optimizer", "setup", "task_stream", "train"]

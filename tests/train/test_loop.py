@@ -139,10 +139,12 @@ def test_refusals_before_any_work(uninterrupted, tmp_path):
     with pytest.raises(FileExistsError, match="--resume"):
         trainer.train(small_run(out))
     shutil.copytree(out, tmp_path / "run")
-    with pytest.raises(ValueError, match="cannot resume.*differs.*learning_rate"):
+    recorded = (tmp_path / "run" / trainer.RUN_CONFIG).read_text()
+    with pytest.raises(trainer.ResumeMismatch, match="cannot resume.*differs.*learning_rate"):
         run = small_run(tmp_path / "run")
         trainer.setup(run.replace(train=run.train.replace(optimizer=dataclasses.replace(run.train.optimizer,
                                                                                      learning_rate=1.0))), resume=True)
+    assert (tmp_path / "run" / trainer.RUN_CONFIG).read_text() == recorded  # the refused config is not written
     run = small_run(tmp_path)
     with pytest.raises(ValueError, match="train.rollout.group_size=2 but collect.group_size=3"):
         run.replace(collect=run.collect.replace(group_size=3))
