@@ -507,7 +507,7 @@ def _train(argv: Sequence[str]) -> int:
     import logging
 
     from agentjax.train.checkpoint import CheckpointError, RunFolderBusy
-    from agentjax.train.trainer import train
+    from agentjax.train.trainer import ResumeMismatch, train
     from agentjax.train.update import NonFiniteUpdateError
 
     # force: absl (which orbax imports) has already given the root logger a handler, which would keep this format
@@ -518,7 +518,7 @@ def _train(argv: Sequence[str]) -> int:
         logging.getLogger(name).setLevel(logging.INFO)
     try:
         summary = train(run, resume=args.resume)
-    except (FileExistsError, RunFolderBusy, CheckpointError) as e:  # before any update
+    except (FileExistsError, RunFolderBusy, CheckpointError, ResumeMismatch) as e:  # before any update
         return _fail(prog, e)
     except NonFiniteUpdateError as e:  # the run stopped; its metrics lines and checkpoints are written
         print(f"{prog}: error: {e}", file=sys.stderr)

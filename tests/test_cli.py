@@ -447,14 +447,15 @@ def test_missing_data_and_too_few_tasks_are_one_line_errors_before_the_run_folde
     assert not out_dir.exists()  # nothing was made
 
 
-@pytest.mark.parametrize("stop, code", [("CheckpointError", 2), ("NonFiniteUpdateError", 1)])
+@pytest.mark.parametrize("stop, code", [("CheckpointError", 2), ("ResumeMismatch", 2), ("NonFiniteUpdateError", 1)])
 def test_a_run_without_a_checkpoint_that_restores_or_stopped_for_nan_is_an_error_line(capsys, tmp_path, monkeypatch,
                                                                                      stop, code):
-    """Every checkpoint of the folder fails to restore (before any update), or the run stopped after too many
-    non-finite steps: the error's message and no traceback."""
+    """Every checkpoint of the folder fails to restore or the resumed config differs from the checkpoint's (before
+    any update), or the run stopped after too many non-finite steps: the error's message and no traceback."""
     from agentjax.train import checkpoint, trainer, update
 
-    error = {"CheckpointError": checkpoint.CheckpointError, "NonFiniteUpdateError": update.NonFiniteUpdateError}[stop]
+    error = {"CheckpointError": checkpoint.CheckpointError, "ResumeMismatch": trainer.ResumeMismatch,
+             "NonFiniteUpdateError": update.NonFiniteUpdateError}[stop]
 
     def train(run, resume=False):
         raise error(f"{stop} in {run.out_dir}")
