@@ -442,6 +442,10 @@ def test_missing_data_and_too_few_tasks_are_one_line_errors_before_the_run_folde
     code, out, err = run_cli(capsys, "train", "--method", "grpo", "--env", "textcraft", "--preset", "tiny",
                              "--out-dir", str(out_dir))
     assert code == 2 and not out and err.count("\n") == 1 and "AGENTJAX_DATA" in err, err
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "nowhere"))  # its split is a committed manifest: a reset reads
+    code, out, err = run_cli(capsys, "train", "--method", "grpo", "--env", "alfworld", "--preset", "tiny",
+                             "--out-dir", str(out_dir))
+    assert code == 2 and not out and err.count("\n") == 1 and "ALFWORLD_DATA" in err, err
     code, out, err = run_cli(capsys, *BASE, "--eval-tasks", "100000", "--out-dir", str(out_dir))
     assert code == 2 and err.count("\n") == 1 and "eval_tasks=100000 but sokoban valid has 500 tasks" in err, err
     assert not out_dir.exists()  # nothing was made

@@ -55,6 +55,9 @@ def saved_run(out_dir: str, step: int | None = None) -> RunConfig:
         steps = probe.steps()
     if not steps:
         raise FileNotFoundError(f"{out_dir}/{CHECKPOINTS} holds no checkpoint")
+    if step is not None and step not in steps:
+        raise FileNotFoundError(f"{out_dir}/{CHECKPOINTS} has no checkpoint of step {step}; its steps are "
+                                f"{', '.join(map(str, steps))} (leave the step out for the newest that restores)")
     meta_path = os.path.join(out_dir, CHECKPOINTS, str(step if step is not None else steps[-1]), "meta", "metadata")
     with open(meta_path) as f:
         return run_from_dict(json.load(f)["metadata"]["run"])

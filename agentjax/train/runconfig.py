@@ -524,14 +524,23 @@ class RunConfig:
                              "set collect.constrained=True or warm_start=None")
 
     def check_tasks(self) -> None:
-        """The task splits the run reads are on disk and hold enough tasks: a missing data folder is a
-        ``FileNotFoundError`` naming what the env needs and the variable to set. The envs keep a split once read, so
-        the trainer reads it again for free; ``agentjax train`` checks this before it makes the run folder."""
+        """The task splits the run reads are on disk and hold enough tasks, and the env starts its first training
+        task (ALFWorld's split is a committed manifest; its games are read from ``$ALFWORLD_DATA`` at reset): a
+        missing data folder is a ``FileNotFoundError`` naming what the env needs and the variable to set. The envs
+        keep a split once read, so the trainer reads it again for free; ``agentjax train`` checks this before it
+        makes the run folder."""
         spec, groups = self.spec, self.train.rollout.num_groups
-        n = len(spec.tasks(spec.train_split))
+        tasks = spec.tasks(spec.train_split)
+        n = len(tasks)
         if max(self.train_pool, groups) > n:
             raise ValueError(f"{self.env} {spec.train_split} has {n} tasks, fewer than RunConfig.train_pool="
                              f"{self.train_pool} or the {groups} groups of a batch; lower them")
+        env = spec.env_class()(**(self.env_kwargs if self.tree is None else {}))  # a tree run's kwargs are its world's
+        try:
+            env.reset(tasks[0])
+        finally:
+            if callable(getattr(env, "close", None)):
+                env.close()
         if not self.eval_every:
             return
         n = len(spec.tasks(self.evaluation_split))

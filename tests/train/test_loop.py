@@ -239,6 +239,10 @@ def test_eval_command_evaluates_the_newest_checkpoint(uninterrupted, tmp_path, c
     assert older < 2  # a step folder names the checkpoint evaluated
     assert offline.evaluate_checkpoint(str(tmp_path / "run" / "checkpoints" / str(older)), tasks=2, seeds=2)["step"] \
         == older
+    assert main(["eval", "--checkpoint", str(tmp_path / "run"), "--step", "9"]) == 2  # a step it does not have
+    assert capsys.readouterr().err == (f"agentjax eval: error: {tmp_path / 'run'}/checkpoints has no checkpoint of "
+                                       f"step 9; its steps are {older}, 2 (leave the step out for the newest that "
+                                       "restores)\n")
 
 
 def test_eval_env_kwargs_get_a_pool_of_their_own(tmp_path):
