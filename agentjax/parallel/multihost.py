@@ -101,6 +101,15 @@ def barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def local_key(key: jax.Array) -> jax.Array:
+    """This process's own copy of a PRNG key that is replicated over a mesh spanning processes (the training
+    state's stream): host work that draws from it (the collector, the sampler on this host's devices) must not mix
+    it with arrays on this host alone. The key itself with one process."""
+    if jax.process_count() == 1 or key.is_fully_addressable:
+        return key
+    return jax.random.wrap_key_data(np.asarray(jax.random.key_data(key)), impl=jax.random.key_impl(key))
+
+
 # -- gathering host objects ------------------------------------------------------------------------------------------
 def gather_objects(obj: Any) -> list[Any]:
     """Every process's ``obj``, in process order, on every process (``[obj]`` with one process).
@@ -210,5 +219,5 @@ def portable(rollouts: Rollouts) -> Rollouts:
         for ep in rollouts.episodes))
 
 
-__all__ = ["Share", "barrier", "gather_ints", "gather_objects", "is_main", "merge_rollouts", "merge_tree_rollouts",
-           "on_main", "portable", "share", "shares"]
+__all__ = ["Share", "barrier", "gather_ints", "gather_objects", "is_main", "local_key", "merge_rollouts",
+           "merge_tree_rollouts", "on_main", "portable", "share", "shares"]

@@ -30,7 +30,9 @@ from agentjax.rollout.tree_batch import TreeBatch
 from agentjax.rollout.tree_collect import TreeCollectConfig
 from agentjax.rollout.tree_records import TreeRollouts, to_tree_batch
 from agentjax.train.advantages import check_batch_fits
-from agentjax.train.config import RolloutConfig
+from agentjax.train.config import RolloutConfig, SERACredit
+from agentjax.train.runconfig import RunConfig
+from envs.mdp import MDPEnv
 
 R = TypeVar("R")
 
@@ -106,4 +108,31 @@ def tree_batch(played: Played[TreeRollouts], config: TreeCollectConfig, mesh: Me
     return global_tree_batch(to_tree_batch(played.local, config), played.share, mesh, rules or fsdp_tp())
 
 
-__all__ = ["Played", "flat_batch", "play_episodes", "play_share", "tree_batch"]
+def check_processes(run: RunConfig) -> None:
+    """Raise, naming the fix, where ``run`` cannot train on this job's processes (nothing to check for one): a mesh
+    over every process's devices with the tensor-parallel axis within a host, at least one group per process, and
+    none of the parts that read host records across processes (SERO's oracle branch restores env snapshots of the
+    process that played the root; SERA's rubric counters and fork trees; the exact probe of ``--env mdp``)."""
+    count = jax.process_count()
+    if count == 1:
+        return
+    why = None
+    if run.mesh is None:
+        why = "needs a mesh over every process's devices: set RunConfig.mesh (--mesh FSDP TP, FSDP x TP = all devices)"
+    elif run.mesh[1] > jax.local_device_count():
+        why = (f"keeps the tensor-parallel axis within a host: tp={run.mesh[1]} is more than this host's "
+               f"{jax.local_device_count()} devices; move the rest to fsdp")
+    elif run.train.rollout.num_groups < count:
+        why = (f"gives each process at least one group: {run.train.rollout.num_groups} groups for {count} processes; "
+               "raise --num-groups")
+    elif run.train.sero is not None:
+        why = "does not run SERO's oracle branch (it restores env snapshots of the process that played the root)"
+    elif isinstance(run.train.credit, SERACredit):
+        why = "does not train SERA (its rubric counters and fork trees are per process); RAO trains"
+    elif run.tree is None and issubclass(run.spec.env_class(), MDPEnv):
+        why = "does not run the mdp env's exact probe; train the credit testbed on one process"
+    if why is not None:
+        raise ValueError(f"training on {count} processes {why}")
+
+
+__all__ = ["Played", "check_processes", "flat_batch", "play_episodes", "play_share", "tree_batch"]

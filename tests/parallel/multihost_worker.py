@@ -48,9 +48,10 @@ from agentjax.rollout.stats import summarize
 from agentjax.rollout.tree_collect import TreeRollouts, to_tree_batch
 from agentjax.train.advantages import compute_advantages
 from agentjax.train.checkpoint import Checkpointer
-from agentjax.train.config import GRPOCredit, RAOCredit, RolloutConfig, TrainConfig
+from agentjax.train.config import GRPOCredit, RAOCredit, RolloutConfig, SeroConfig, TrainConfig
 from agentjax.train.eval import evaluate
-from agentjax.train.shares import flat_batch, play_share
+from agentjax.train.presets import preset
+from agentjax.train.shares import check_processes, flat_batch, play_share
 from agentjax.train.state import init_state
 from agentjax.train.tree_credit import row_credit
 from envs.pool import SerialPool
@@ -291,7 +292,26 @@ def checkpoint(out_dir: str) -> None:
     # a last save for the single-process reader of the test
     with Checkpointer(directory) as ckpt:
         ckpt.save(bump(bump(state)))
-    write(out_dir, "checkpoint", {"steps": [0, 2], "directory": directory, "corrupt": moved})
+    write(out_dir, "checkpoint", {"steps": [0, 2], "directory": directory, "corrupt": moved,
+                                  "refusals": refusals()})
+
+
+def refusals() -> dict[str, str]:
+    """What a 2-process job refuses to train, with the messages (check_processes)."""
+    run = preset("tiny", "grpo", "sokoban").replace(mesh=(8, 1))
+    check_processes(run)  # trains
+    cases = {"no mesh": run.replace(mesh=None), "tp across hosts": run.replace(mesh=(1, 8)),
+             "one group": run.with_sizes(num_groups=1, capacity=160), "sero": preset("tiny", "grpo", "sokoban").replace(
+                 mesh=(8, 1), train=run.train.replace(sero=SeroConfig())),
+             "mdp": preset("tiny", "grpo", "mdp").replace(mesh=(8, 1))}
+    out = {}
+    for name, case in cases.items():
+        try:
+            check_processes(case)
+        except ValueError as e:
+            out[name] = str(e)
+    assert set(out) == set(cases), out
+    return out
 
 
 # -- a job that waits ------------------------------------------------------------------------------------------------

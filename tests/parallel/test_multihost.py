@@ -217,7 +217,7 @@ def test_two_processes_assemble_the_whole_batch_and_play_their_shares(tmp_path):
 def test_two_processes_checkpoint_through_orbax_and_one_process_restores_it(tmp_path):
     """Orbax's multi-process save and restore of a state sharded over both processes (async, keep-N, fingerprints),
     the fallback past a damaged newest step on every process; the job's checkpoint restores on 1 process x 8
-    devices with the same values."""
+    devices with the same values. Also what a 2-process job refuses to train (check_processes)."""
     facts = _job("checkpoint", str(tmp_path), timeout=300)
     mesh = make_mesh(8, 1)
     model = create_sharded(TINY.replace(vocab_size=512), fsdp_tp(), mesh, seed=3)
@@ -228,6 +228,9 @@ def test_two_processes_checkpoint_through_orbax_and_one_process_restores_it(tmp_
     for a, b in zip(jax.tree.leaves(restored.state.params), jax.tree.leaves(state.params), strict=True):
         np.testing.assert_array_equal(np.asarray(a), (np.asarray(b) + 1) + 1)  # the job's two jitted increments
     assert int(restored.state.step) == 2
+    refused = facts["refusals"]  # check_processes on 2 processes: each message names the fix
+    assert "--mesh FSDP TP" in refused["no mesh"] and "within a host" in refused["tp across hosts"]
+    assert "--num-groups" in refused["one group"] and "SERO" in refused["sero"] and "one process" in refused["mdp"]
 
 
 @pytest.mark.slow
