@@ -31,7 +31,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from agentjax.train.runconfig import RunConfig  # noqa: E402
-from experiments.credit_testbed.presets import RUNS, arm_run  # noqa: E402
+from experiments.credit_testbed.presets import METHODS, RUNS, arm_run  # noqa: E402
+from experiments.credit_testbed.presets import SEEDS as COMPARISON_SEEDS  # noqa: E402
+from experiments.credit_testbed.presets import UPDATES as COMPARISON_UPDATES  # noqa: E402
 from experiments.credit_testbed.run import compile_cache, run_all, trained  # noqa: E402
 
 SETTING = "s2"
@@ -99,7 +101,20 @@ def verdict(table: Mapping[str, dict]) -> list[str]:
     return lines
 
 
-def explain(runs: Mapping[tuple[str, str, int], RunConfig], folder: str) -> str:
+def outcome(table: Mapping[str, dict]) -> str:
+    """What these runs showed, in numbers: each method's paired difference to GRPO and the most accurate credit."""
+    def ms(x: Mapping[str, float]) -> str:
+        return f"{x['mean']:+.3f} ± {x['se']:.3f}" + (" (within noise)" if abs(x["mean"]) < 2 * x["se"] else "")
+
+    versus = [f"{label} {ms(r['vs_grpo']['final'])}" for label, r in table.items() if "vs_grpo" in r]
+    best = max(table, key=lambda label: table[label]["pearson"]["mean"])
+    credit = ", ".join(f"{label} {r['pearson']['mean']:+.2f}" for label, r in table.items())
+    return (f"In these runs the final exact success minus GRPO's on the same seed was: {'; '.join(versus)}. The most "
+            f"accurate credit (Pearson with the exact advantage, averaged over the evaluations) was {best}'s "
+            f"({credit}). ")
+
+
+def explain(runs: Mapping[tuple[str, str, int], RunConfig], folder: str, table: Mapping[str, dict]) -> str:
     some = next(iter(runs.values()))
     ro = some.train.rollout
     return (
@@ -112,10 +127,12 @@ def explain(runs: Mapping[tuple[str, str, int], RunConfig], folder: str) -> str:
         "with the exact advantage A^pi of the policy that collected it: GRPO gives every step of an episode the same "
         "credit, GiGPO adds a step term within groups of identical states, CRBC closes a Bellman system over the "
         "group's states. ± is the standard error over seeds; 'paired' compares methods on the same seed. "
+        + outcome(table) +
         f"Files: {os.path.join(folder, 's2_results.md')}, the curves {os.path.join(folder, 's2_curves.png')}, each "
-        f"run's metrics.jsonl under {folder}/s2/<method>/seed<k>/. The full comparison (7 methods on S1 and S2, SERO "
-        "on S3, 10 seeds, 60 updates, a sampled check at the end; about 2 hours on 2 cores): "
-        "python experiments/credit_testbed/run.py --jobs 2 (experiments/credit_testbed/README.md).")
+        f"run's metrics.jsonl under {folder}/s2/<method>/seed<k>/. The full comparison ({len(METHODS)} methods on "
+        f"S1 and S2, SERO on S3, {len(COMPARISON_SEEDS)} seeds, {COMPARISON_UPDATES} updates, a sampled check at the "
+        "end; about 2 hours on an idle 2-core CPU) and its tables: python experiments/credit_testbed/run.py --jobs 2 "
+        "(experiments/credit_testbed/README.md).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     table = report({k[1:]: r for k, r in runs.items()}, SETTING, folder, command="python "
                    "experiments/credit_testbed/demo.py")
     print("\n".join(verdict(table)))
-    print(f"\n{explain(runs, folder)}\n(took {(time.perf_counter() - start) / 60:.1f} min)")
+    print(f"\n{explain(runs, folder, table)}\n(took {(time.perf_counter() - start) / 60:.1f} min)")
     return 0
 
 

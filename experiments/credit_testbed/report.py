@@ -154,19 +154,25 @@ def _fmt(ms: Mapping[str, float] | None, signed: bool = False, digits: int = 3) 
     return text + (" (noise)" if signed and np.isfinite(ms["se"]) and abs(ms["mean"]) < 2 * ms["se"] else "")
 
 
-def markdown(table: Mapping[str, dict], setting: str, header: str) -> str:
-    rows = [f"| arm | seeds | exact success, initial | final | gain | final − GRPO (paired) | final − base "
-            f"(paired) | updates to {THRESHOLD:g} (censored) | − GRPO (paired) | − base (paired) | credit Pearson | "
-            "sign agreement |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def markdown(table: Mapping[str, dict], header: str) -> str:
+    """The setting's table (module docstring); the paired columns against GRPO or the base method only where some
+    arm has them, the final check's table only where some run has a check."""
+    pairs = [(column, name) for column, name in (("vs_grpo", "GRPO"), ("vs_base", "base"))
+             if any(column in r for r in table.values())]
+    head = (["arm", "seeds", "exact success, initial", "final", "gain"]
+            + [f"final − {name} (paired)" for _, name in pairs] + [f"updates to {THRESHOLD:g} (censored)"]
+            + [f"− {name} (paired)" for _, name in pairs] + ["credit Pearson", "sign agreement"])
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, r in table.items():
-        g, b = r.get("vs_grpo", {}), r.get("vs_base", {})
-        rows.append(
-            f"| {label} | {len(r['seeds'])} | {_fmt(r['initial'])} | {_fmt(r['final'])} | {_fmt(r['gain'], True)} | "
-            f"{_fmt(g.get('final'), True)} | {_fmt(b.get('final'), True)} | "
-            f"{_fmt(r['updates_to'], digits=1)} ({r['censored']}/{len(r['seeds'])}) | "
-            f"{_fmt(g.get('updates_to'), True, 1)} | {_fmt(b.get('updates_to'), True, 1)} | "
-            f"{_fmt(r['pearson'], True)} | {_fmt(r['sign'])} |")
+        cells = [label, str(len(r["seeds"])), _fmt(r["initial"]), _fmt(r["final"]), _fmt(r["gain"], True)]
+        cells += [_fmt(r.get(column, {}).get("final"), True) for column, _ in pairs]
+        cells += [f"{_fmt(r['updates_to'], digits=1)} ({r['censored']}/{len(r['seeds'])})"]
+        cells += [_fmt(r.get(column, {}).get("updates_to"), True, 1) for column, _ in pairs]
+        cells += [_fmt(r["pearson"], True), _fmt(r["sign"])]
+        rows.append("| " + " | ".join(cells) + " |")
+    text = header + "\n".join(rows) + "\n"
+    if not any(r["check_beyond"]["runs"] for r in table.values()):
+        return text
     check = ["", "The final sampled check (the last checkpoint, 256 sampled episodes: 64 per MDP) against the exact "
              "success of the same checkpoint: the mean difference over seeds, and the runs whose difference exceeds "
              "2 and 3 binomial standard errors:", "",
@@ -175,7 +181,7 @@ def markdown(table: Mapping[str, dict], setting: str, header: str) -> str:
         beyond = r["check_beyond"]
         check.append(f"| {label} | {_fmt(r['check_diff'], True)} | {beyond['2']}/{beyond['runs']} | "
                      f"{beyond['3']}/{beyond['runs']} |")
-    return header + "\n".join(rows) + "\n" + "\n".join(check) + "\n"
+    return text + "\n".join(check) + "\n"
 
 
 def plot(table: Mapping[str, dict], path: str, title: str) -> None:
@@ -240,7 +246,7 @@ def write(records: Mapping[Key, RunRecord], setting: str, results: str, *, confi
               f"MDPs and initial policy, shared by every arm); \"(noise)\" marks |mean| < 2 SE. Made by "
               f"`{command}`; `{command} --report-only` rebuilds it from `{setting}_results.json`.\n\n")
     os.makedirs(results, exist_ok=True)
-    text = markdown(table, setting, header)
+    text = markdown(table, header)
     with open(os.path.join(results, f"{setting}_results.md"), "w") as f:
         f.write(text)
     runs = [record_to_json(k, r) for k, r in records.items()]
