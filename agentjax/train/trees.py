@@ -208,7 +208,7 @@ class TreeStep:
     stage: str  # the schedule's stage (schedule.STAGES)
     rollouts: TreeRollouts
     rows: int  # node turns grown
-    stats: Mapping[str, float]  # tree_stats of the trees (time/ keys: the collection's split)
+    stats: Mapping[str, Any]  # tree_stats of the trees (time/ keys: the collection's split)
     steps: StepBatch | None = None  # the trained rows: node turns, or the rubric stage's rubric completions
     capacity: int = 0  # rows of ``steps``
     credit: RowCredit | None = None
