@@ -495,6 +495,9 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
 
 def _train(argv: Sequence[str]) -> int:
     prog = "agentjax train"
+    from agentjax.parallel import initialize_distributed
+
+    initialize_distributed()  # one process per host joins the job (README, "Several hosts"), before any JAX use
     try:
         run, args = build_run(argv, prog)
         if not args.dry_run:

@@ -39,8 +39,9 @@ import jax
 import optax
 
 from agentjax.models import Qwen
+from agentjax.parallel import make_mesh
+from agentjax.parallel.multihost import is_main
 from agentjax.rollout.batch import StepBatch
-from agentjax.rollout.collect import run_episodes, to_step_batch
 from agentjax.rollout.records import Rollouts
 from agentjax.rollout.stats import RolloutStats, summarize
 from agentjax.train.advantages import Advantages, compute_advantages
@@ -50,6 +51,7 @@ from agentjax.train.exact import exact_probe, exact_scalars
 from agentjax.train.metrics import StageTimer, update_metrics
 from agentjax.train.runconfig import RunConfig
 from agentjax.train.sero import SeroBranch
+from agentjax.train.shares import flat_batch, play_episodes
 from agentjax.train.state import TrainState
 from agentjax.train.update import UpdateBatch, check_nonfinite, make_update, make_value_fn
 from envs.pool import EnvPool, SerialPool
@@ -101,7 +103,9 @@ def save_outcomes(run: RunConfig, tasks: Sequence[Any], step: int, evaluation: M
                   series: str = "") -> None:
     """``<out_dir>/eval/<step>.json``: the per-episode outcomes ``[task][seed]`` with the task ids, for paired
     comparisons between eval points and runs (the same episodes and keys: :mod:`agentjax.train.eval`); a second
-    ``series`` (``held_out``) goes to ``eval/<series>/<step>.json``."""
+    ``series`` (``held_out``) goes to ``eval/<series>/<step>.json``. Written by JAX process 0."""
+    if not is_main():
+        return
     folder = os.path.join(run.out_dir, "eval", series)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"{step}.json"), "w") as f:
@@ -134,6 +138,7 @@ class FlatAlgorithm(Algorithm[FlatStep]):
     def __init__(self, run: RunConfig, model: Qwen, tokenizer: Any, tx: optax.GradientTransformation,
                  eval_tasks: list):
         self.run, self.eval_tasks = run, eval_tasks
+        self.mesh = make_mesh(*run.mesh) if run.mesh else None  # several processes: where the batch is assembled
         self.pool = make_pool(run)
         self.eval_pool = None  # evaluation's pool where eval_env_kwargs differ (None: `pool`)
         try:
@@ -157,12 +162,16 @@ class FlatAlgorithm(Algorithm[FlatStep]):
 
     def collect(self, state: TrainState, policy: Any, tasks: Sequence[Any], task_indices: Sequence[int],
                 key: jax.Array) -> FlatStep:
-        rollouts = run_episodes(self.pool, tasks, policy, self.run.train_collect, key, task_indices=task_indices)
-        return FlatStep(rollouts, key, to_step_batch(rollouts, self.run.train_collect), summarize(rollouts))
+        run = self.run  # each process plays its share of the groups (agentjax.train.shares; one process: all)
+        played = play_episodes(self.pool, tasks, policy, run.train_collect, key, task_indices=task_indices,
+                               allow_empty=False)
+        steps = flat_batch(played, run.train_collect, run.train.rollout, self.mesh)
+        return FlatStep(played.merged, key, steps, summarize(played.merged))
 
     def credit(self, state: TrainState, batch: FlatStep) -> FlatStep:
         values = self.value_fn(state, batch.steps) if self.value_fn is not None else None
-        adv = compute_advantages(self.run.train.credit, batch.steps, self.run.train.rollout, values=values)
+        adv = compute_advantages(self.run.train.credit, batch.steps, self.run.train.rollout, values=values,
+                                 check=jax.process_count() == 1)  # several: flat_batch checked each piece
         return dataclasses.replace(batch, adv=jax.block_until_ready(adv))
 
     def after_credit(self, state: TrainState, batch: FlatStep, timer: StageTimer, *, evaluating: bool) -> FlatStep:

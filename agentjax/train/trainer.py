@@ -56,6 +56,8 @@ from flax import nnx
 
 from agentjax.models import Qwen, Sampler, load_hf
 from agentjax.parallel import create_sharded, fsdp_tp, make_mesh, param_shardings
+from agentjax.parallel.global_batch import host_local_model, host_local_params
+from agentjax.parallel.multihost import is_main, local_key
 from agentjax.parallel.rules import activation_sharding
 from agentjax.rollout.collect import CollectConfig
 from agentjax.train.algorithm import NO_EVALUATION, Algorithm, Evaluation
@@ -64,6 +66,7 @@ from agentjax.train.config import OptimizerConfig, TrainConfig
 from agentjax.train.flat import FlatAlgorithm
 from agentjax.train.metrics import MetricsWriter, ProgressBar, StageTimer, update_metrics
 from agentjax.train.runconfig import RunConfig
+from agentjax.train.shares import check_processes
 from agentjax.train.state import TrainState, init_state, make_optimizer, next_key, sync_model
 from agentjax.train.tokenizers import run_tokenizer
 from agentjax.train.trees import TreeAlgorithm
@@ -212,8 +215,10 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
     mesh = make_mesh(*run.mesh) if run.mesh else None
     model = build_model(run, tokenizer, mesh)
     started = os.path.join(run.out_dir, INITIAL_POLICY)
-    if not (resume and _existing_steps(ckpt_dir) and os.path.exists(started)):  # a resumed run keeps its record: its
-        with open(started, "w") as f:  # weights come from its checkpoint, whatever warm start a rebuild would give
+    # a resumed run keeps its record: its weights come from its checkpoint, whatever warm start a rebuild would give;
+    # process 0 writes the run folder's files (one folder on storage all hosts share)
+    if is_main() and not (resume and _existing_steps(ckpt_dir) and os.path.exists(started)):
+        with open(started, "w") as f:
             json.dump(initial_policy(run), f, indent=1)
     tx = optimizer(run.train.optimizer)
     state = init_state(run.train, model, jax.random.key(run.train.seed), tx, schedule=schedule)
@@ -232,8 +237,9 @@ def build(run: RunConfig, *, resume: bool = False, schedule: bool = False) -> Bu
             log.info("resumed from %s (step %d)", restored.path, restored.step)
         else:
             log.info("resume: %s holds no checkpoint; training from the start", ckpt_dir)
-    with open(os.path.join(run.out_dir, RUN_CONFIG), "w") as f:
-        json.dump(run.to_dict(), f, indent=1)
+    if is_main():
+        with open(os.path.join(run.out_dir, RUN_CONFIG), "w") as f:
+            json.dump(run.to_dict(), f, indent=1)
     return Built(tokenizer, model, tx, state, train_tasks, eval_tasks, checkpoints, resumed_from)
 
 
@@ -268,11 +274,22 @@ class Trainer:
     eval_tasks: list
     checkpoints: Checkpointer
     resumed_from: int | None
+    # several processes: the sampler's model on this process's devices (global_batch.host_local_model) and the mesh
+    local_model: Qwen | None = None
+    mesh: jax.sharding.Mesh | None = None
+
+    def sync_sampler(self) -> None:
+        """The sampler's weights := the state's parameters (on several processes: this host's copy of them)."""
+        sync_model(self.model, self.state, copy=False)
+        if self.local_model is None:
+            self.sampler.update_weights(self.model)
+        else:
+            nnx.update(self.local_model, host_local_params(self.state.params, self.mesh))
+            self.sampler.update_weights(self.local_model)
 
     def evaluate(self, step: int) -> Evaluation:
         """An evaluation point of the current state (the model synced with it) at metrics step ``step``."""
-        sync_model(self.model, self.state, copy=False)
-        self.sampler.update_weights(self.model)
+        self.sync_sampler()
         return self.algorithm.evaluate(self.state, self.sampler, step)
 
     def step(self) -> StepRecord:
@@ -280,12 +297,11 @@ class Trainer:
         run, algorithm, timer = self.run, self.algorithm, StageTimer()
         t0 = time.perf_counter()
         before = algorithm.progress(self.state)
-        sync_model(self.model, self.state, copy=False)  # re-synced before every sampler use
-        self.sampler.update_weights(self.model)
+        self.sync_sampler()  # re-synced before every sampler use
         idx = task_stream(len(self.train_tasks), run.train.seed, int(self.state.data_position),
                           run.train.rollout.num_groups)
         state, key = next_key(self.state)
-        batch = algorithm.collect(state, self.sampler, [self.train_tasks[i] for i in idx], idx, key)
+        batch = algorithm.collect(state, self.sampler, [self.train_tasks[i] for i in idx], idx, local_key(key))
         state = state.replace(data_position=state.data_position + 1)
         with timer("credit"):
             batch = algorithm.credit(state, batch)
@@ -360,15 +376,19 @@ class Trainer:
 def setup(run: RunConfig, *, resume: bool = False) -> Trainer:
     """Validate, then build the run (module docstring); the caller closes it (:meth:`Trainer.close`)."""
     method = algorithm_class(run)
+    check_processes(run)
     b = build(run, resume=resume, schedule=method.schedule)
     try:
         algorithm = method(run, b.model, b.tokenizer, b.tx, b.eval_tasks)
     except BaseException:
         b.checkpoints.close()
         raise
+    mesh = make_mesh(*run.mesh) if run.mesh else None
+    local = host_local_model(b.model, mesh) if jax.process_count() > 1 else None  # each host samples its share
     return Trainer(run=run, algorithm=algorithm, tokenizer=b.tokenizer, model=b.model,
-                   sampler=Sampler(b.model, b.tokenizer), state=b.state, train_tasks=b.train_tasks,
-                   eval_tasks=b.eval_tasks, checkpoints=b.checkpoints, resumed_from=b.resumed_from)
+                   sampler=Sampler(local or b.model, b.tokenizer), state=b.state, train_tasks=b.train_tasks,
+                   eval_tasks=b.eval_tasks, checkpoints=b.checkpoints, resumed_from=b.resumed_from,
+                   local_model=local, mesh=mesh)
 
 
 def train(run: RunConfig, *, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:

@@ -53,8 +53,10 @@ import optax
 from agentjax.agents.tree import Tree
 from agentjax.agents.tree_io import tree_from_dict, tree_to_dict
 from agentjax.models import Qwen
+from agentjax.parallel import make_mesh
+from agentjax.parallel.multihost import is_main, merge_tree_rollouts
 from agentjax.rollout.batch import StepBatch
-from agentjax.rollout.tree_collect import TreeRollouts, run_trees, to_tree_batch, tree_stats
+from agentjax.rollout.tree_collect import TreeRollouts, run_trees, tree_stats
 from agentjax.rollout.tree_search import SearchConfig
 from agentjax.train.algorithm import Algorithm, Evaluation
 from agentjax.train.eval import eval_key
@@ -62,6 +64,7 @@ from agentjax.train.metrics import StageTimer, update_metrics
 from agentjax.train.rubric_stage import rubric_credit_rows, rubric_rows
 from agentjax.train.runconfig import RunConfig
 from agentjax.train.schedule import STAGES, StageSchedule, stage_name
+from agentjax.train.shares import Played, play_share, tree_batch
 from agentjax.train.state import TrainState
 from agentjax.train.tree_credit import RowCredit, row_credit
 from agentjax.train.tree_worlds import make_judge, world_factory
@@ -93,18 +96,19 @@ def batch_capacity(rows: int, micro_batch_size: int, cap: int) -> int:
 
 # -- collection and evaluation ---------------------------------------------------------------------------------------
 def grow(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.Array, *, evaluation: bool = False,
-         task_indices: Sequence[int] | None = None, forks: Any = None, grader: Any = None) -> TreeRollouts:
+         task_indices: Sequence[int] | None = None, forks: Any = None, grader: Any = None,
+         tree_offset: int = 0) -> TreeRollouts:
     """The trees of ``tasks`` under the training (or, with ``evaluation``, the evaluation) settings; ``forks``:
     SERA's rubric-stage fork groups (:attr:`~agentjax.train.runconfig.RunConfig.fork_collect`). Evaluation runs
     without rubrics unless ``run.eval_search`` asks for rubric-guided search (graded by ``grader``, default the
-    policy)."""
+    policy). ``tree_offset``: the batch's tree slot of the first tree (a process's share of the tasks)."""
     config = run.eval_tree_collect if evaluation else run.tree_collect
     factory = world_factory(run.env, run.eval_kwargs if evaluation else run.env_kwargs, tokenizer=policy.tokenizer,
                             max_reply_tokens=config.max_response_tokens if config.constrained else None)
     search = SearchConfig(candidates=run.eval_search) if evaluation and run.eval_search else None
     rubrics = run.rubric_collect if search is not None or not evaluation else None  # eval: root outcomes only
     return run_trees(tasks, policy, factory, make_judge(run.env), config, key, task_indices=task_indices,
-                     rubrics=rubrics, forks=forks, search=search, grader=grader)
+                     rubrics=rubrics, forks=forks, search=search, grader=grader, tree_offset=tree_offset)
 
 
 def _rubric_batch(run: RunConfig, rollouts: TreeRollouts, tokenizer: Any) -> tuple[Any, int]:
@@ -131,7 +135,9 @@ def evaluate_trees(run: RunConfig, tasks: Sequence[Any], policy: Any, key: jax.A
     ``success_seed<s>``, ``success/<task type or difficulty>``, the tree shape and label rates, ``seconds`` and
     ``outcomes`` (``[tasks][seeds]`` 0/1, for paired comparisons); with ``run.eval_search`` also the ``search/``
     statistics (``grader``: who writes and grades the rubrics, default the policy)."""
-    rollouts = grow(run, tasks, policy, key, evaluation=True, task_indices=range(len(tasks)), grader=grader)
+    rollouts = play_share(lambda t, i, first: grow(run, t, policy, key, evaluation=True, task_indices=i, grader=grader,
+                                                   tree_offset=first),  # each process grows its share
+                          tasks, range(len(tasks)), slots_per_task=run.eval_seeds, merge=merge_tree_rollouts).merged
     won_ts = np.array([bool(t.root_success) for t in rollouts.trees], np.float64).reshape(len(tasks), run.eval_seeds)
     per_seed, n = won_ts.mean(0), won_ts.size
     by_kind: dict[str, list[float]] = {}
@@ -163,8 +169,9 @@ def _chosen(trees: Sequence[Tree], count: int, per_task: int) -> list[Tree]:
 
 
 def save_trees(run: RunConfig, name: str, trees: Sequence[Tree], per_task: int, **info: Any) -> str | None:
-    """``run.tree.saved_trees`` of ``trees`` to ``<out_dir>/trees/<name>.json`` (None when none are kept)."""
-    if not run.tree.saved_trees:
+    """``run.tree.saved_trees`` of ``trees`` to ``<out_dir>/trees/<name>.json`` (None when none are kept; written by
+    JAX process 0)."""
+    if not run.tree.saved_trees or not is_main():
         return None
     folder = os.path.join(run.out_dir, TREES)
     os.makedirs(folder, exist_ok=True)
@@ -213,6 +220,7 @@ class TreeStep:
     capacity: int = 0  # rows of ``steps``
     credit: RowCredit | None = None
     signal: bool = False  # a row was sampled: the batch trains
+    played: Played | None = None  # this process's share of the trees (several processes: its piece of the batch)
 
 
 class TreeAlgorithm(Algorithm[TreeStep]):
@@ -228,6 +236,7 @@ class TreeAlgorithm(Algorithm[TreeStep]):
         self.run, self.tokenizer, self.eval_tasks = run, tokenizer, eval_tasks
         self.update_fn = make_update(run.train, model, tx)
         self.stages = stage_schedule(run)
+        self.mesh = make_mesh(*run.mesh) if run.mesh else None  # several processes: where the batch is assembled
 
     def progress(self, state: TrainState) -> int:
         return int(state.schedule.step)
@@ -236,15 +245,19 @@ class TreeAlgorithm(Algorithm[TreeStep]):
                 key: jax.Array) -> TreeStep:
         stage = stage_name(self.stages, int(state.schedule.step))
         forks = self.run.fork_collect if stage == "rubric" else None
-        rollouts = grow(self.run, tasks, policy, key, task_indices=task_indices, forks=forks)
+        played = play_share(lambda t, i, first: grow(self.run, t, policy, key, task_indices=i, forks=forks,
+                                                     tree_offset=first),  # each process grows its share
+                            tasks, task_indices, slots_per_task=self.run.train.rollout.group_size,
+                            merge=merge_tree_rollouts, allow_empty=False)
+        rollouts = played.merged
         rows = sum(len(n.turns) for tree in rollouts.trees for n in tree.nodes)
-        return TreeStep(stage, rollouts, rows, tree_stats(rollouts))
+        return TreeStep(stage, rollouts, rows, tree_stats(rollouts), played=played)
 
     def credit(self, state: TrainState, batch: TreeStep) -> TreeStep:
         run, cfg = self.run, self.run.train
         if batch.stage != "rubric":
             capacity = batch_capacity(batch.rows, cfg.micro_batch_size, cfg.rollout.rows)
-            trees = to_tree_batch(batch.rollouts, run.tree_collect.replace(capacity=capacity))
+            trees = tree_batch(batch.played, run.tree_collect.replace(capacity=capacity), self.mesh)
             credit = jax.block_until_ready(row_credit(trees, cfg.credit, batch.stage, max_depth=run.tree.max_depth))
             steps = trees.steps
         else:  # SERA's rubric stage: one row per fork group's rubric completion
@@ -268,11 +281,12 @@ class TreeAlgorithm(Algorithm[TreeStep]):
         run = self.run
         evaluation, rollouts = evaluate_trees(run, self.eval_tasks, policy, eval_key(run.train.seed))
         folder = os.path.join(run.out_dir, "eval")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{step}.json"), "w") as f:
-            json.dump({"step": step, "optimizer_step": int(state.schedule.step),
-                       "tasks": [task.task_id for task in self.eval_tasks], "outcomes": evaluation["outcomes"],
-                       "success_rate": evaluation["success_rate"], "success_se": evaluation["success_se"]}, f)
+        if is_main():
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"{step}.json"), "w") as f:
+                json.dump({"step": step, "optimizer_step": int(state.schedule.step),
+                           "tasks": [task.task_id for task in self.eval_tasks], "outcomes": evaluation["outcomes"],
+                           "success_rate": evaluation["success_rate"], "success_se": evaluation["success_se"]}, f)
         save_trees(run, f"eval_{step}", rollouts.trees, run.eval_seeds, step=step, evaluation=True)
         return Evaluation(evaluation, {"eval": _scalars(evaluation)})
 
