@@ -54,8 +54,7 @@ TEST_WORKERS ?= auto
 test: $(STAMP) alfworld-data
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
-# The end-to-end checks of minutes and the heaviest duplicates (pytest -m slow; README), on the same workers; CI runs
-# them after `make test`.
+# The end-to-end checks of minutes and the heaviest duplicates (pytest -m slow; README), on the same workers.
 test-slow: $(STAMP) alfworld-data
 	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile
 
