@@ -39,8 +39,7 @@ import pytest
 from agentjax.agents import project_action
 from agentjax.models.word_tokenizer import ENDOFTEXT, IM_END, load_word_tokenizer, word_tokenizer
 from agentjax.rollout.collect import CollectConfig
-from agentjax.train import eval as eval_module
-from agentjax.train import flat, presets, runconfig, trainer
+from agentjax.train import flat, presets, runconfig, shares, trainer
 from agentjax.train import update as update_module
 from agentjax.train.config import ModelConfig
 from agentjax.train.metrics import read_metrics
@@ -79,7 +78,7 @@ def registered(env: str):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runconfig, "ENVS", types.MappingProxyType(dict(runconfig.ENVS) | SPECS))
         mp.setattr(flat, "run_episodes", functools.partial(flat.run_episodes, **plug))
-        mp.setattr(eval_module, "run_episodes", functools.partial(eval_module.run_episodes, **plug))
+        mp.setattr(shares, "run_episodes", functools.partial(shares.run_episodes, **plug))  # evaluation's
         yield mp
 
 
