@@ -22,13 +22,12 @@ against a local server and the CLI's argument checks.
   listed with the reason it never sees model output.
 - ``env_workers``: the same collection on an :class:`envs.pool.EnvPool` of Sokoban (K worker processes, at least 2,
   one room of 4 episodes each) with a deterministic policy, once undisturbed and once with a worker killed by
-  SIGKILL at K turns (random turns from
-  ``--seed``; at each, a random worker among those holding episodes in flight). Survived: the killed worker was
-  replaced (a new pid), the batch holds every episode and packs into a StepBatch, the killed worker's in-flight
-  episodes end on that turn as truncated with ``info["worker_crash"]`` and without the invalid penalty (the pool
-  does not replay them), and every other episode equals the undisturbed run's turn for turn. Then a worker is
-  killed between batches (no episode in flight): survived when the next collection's reset replaces it and the
-  batch equals the undisturbed one.
+  SIGKILL at K turns (random turns from ``--seed``; at each, a random worker among those holding episodes in
+  flight). Survived: the killed worker was replaced (a new pid), the batch holds every episode and packs into a
+  StepBatch, the killed worker's in-flight episodes end on that turn as truncated with ``info["worker_crash"]`` and
+  without the invalid penalty (the pool does not replay them), and every other episode equals the undisturbed run's
+  turn for turn. Then a worker is killed between batches (no episode in flight): survived when the next
+  collection's reset replaces it and the batch equals the undisturbed one.
 - ``trainer_kill``: ``agentjax train --method grpo --env mdp --preset tiny`` (a checkpoint after every update)
   runs once uninterrupted, then again in another folder while it is killed by SIGKILL M times — at random moments
   after a checkpoint and inside a checkpoint save (an orbax temporary folder present when the signal is sent) —
@@ -38,30 +37,35 @@ against a local server and the CLI's argument checks.
 - ``checkpoint_corrupt``: a copy of the uninterrupted run with its newest checkpoint truncated (the largest array
   file cut to half) or with flipped bytes, resumed with ``--resume``. Survived: the damage is reported (naming the
   step's folder), the step is moved to ``checkpoints/corrupt/``, the previous step is restored and the run ends
-  with the uninterrupted run's state and metrics. With every checkpoint damaged: a one-line error, nothing moved.
+  with the uninterrupted run's state and metrics. With every checkpoint damaged: an error (exit status 2, no
+  traceback) naming the folder and each step's failure, nothing moved.
 - ``nonfinite``: a learning rate of 1e30 with one optimizer step an update makes the parameters huge after the
   first update, so every later update has a non-finite loss and gradient. Survived: each such update is skipped
   (``train/skipped`` = 1, the parameters of its checkpoint equal the previous one's) and counted
-  (``train/nonfinite_total``), and the run stops with an error naming the limit right after the update that
-  takes the count past ``--max-nonfinite-updates``, its metrics line written and no checkpoint of it saved.
+  (``train/nonfinite_total``), and the run stops with an error line naming the limit (exit status 1) right after
+  the update that takes the count past ``--max-nonfinite-updates`` (which counts optimizer steps; here one an
+  update), its metrics line written and no checkpoint of it saved.
 - ``judge``: :class:`agentjax.agents.HTTPJudge` against a local ``http.server`` that is down, slow (past the
   judge's timeout), answers 500, 429 once, garbage bytes, JSON without choices, prose instead of a verdict, a
   10 MB body, or drops the connection. Survived: no exception; retryable failures are retried exactly
   ``retries`` times, others not; the call takes at most its bound; the failed verdict names the endpoint; a 429
   followed by a good answer gives that answer.
 - ``preflight``: ``agentjax train`` / ``agentjax eval`` (in this process, :func:`agentjax.cli.main`) with a missing
-  data folder, missing checkpoints and configs that cannot run. Survived: exit status 2, no traceback, the error
-  names the problem (a key phrase checked per case), and no run folder was created.
+  data folder (TextCraft, TextCraft-Synth trees, ALFWorld's games), a missing model checkpoint, run folder or
+  checkpoint step, and configs that cannot run (too many eval tasks, a micro-batch that does not divide the batch,
+  a mesh larger than the devices, a negative learning rate, an unknown flag, a resume with a changed config).
+  Survived: exit status 2, no traceback, the error names the problem (a key phrase checked per case), no run folder
+  was created and a resumed folder's ``run_config.json`` is unchanged.
 
 ``--quick`` (the test's path, under a minute): ``malformed`` on Sokoban and the MDPs, ``env_workers`` with K = 2,
 ``judge`` and the in-process ``preflight`` cases; the trainer parts need child processes of tens of seconds each.
 
 Prints one table and writes ``experiments/bench/results/faults.json`` (``--out``): ``meta`` (command, seed,
-machine, seconds) and ``results``, one row per part: ``fault``, ``injected``, ``survived``, ``lost``, ``handling``
-(what the code does), ``cases`` (one entry per injection or case with what was observed), ``not_run`` and
-``seconds``. Usage::
+machine, wall and CPU seconds) and ``results``, one row per part: ``fault``, ``injected``, ``survived``, ``lost``,
+``handling`` (what the code does), ``cases`` (one entry per injection or case with what was observed), ``not_run``
+and ``seconds``. Usage::
 
-    nice -n 10 python experiments/bench/faults.py            # every part: a few minutes on 2 cores
+    nice -n 10 python experiments/bench/faults.py            # every part: minutes of CPU (meta.cpu_seconds)
     python experiments/bench/faults.py --quick               # the subset the test runs
     python experiments/bench/faults.py --parts judge,preflight
 """
@@ -82,6 +86,7 @@ import pathlib
 import platform
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -143,7 +148,7 @@ class Scripted:
         self.tokenizer, self.reply, self.turn = tokenizer, reply, 0
 
     def generate(self, prompts: Sequence[Sequence[int]], params: Any, key: Any, **kw: Any) -> Any:
-        from agentjax.models import Finish, SampleOutput
+        from agentjax.rollout.policy import Finish, SampleOutput
 
         limits = np.broadcast_to(np.asarray(kw.get("max_new_tokens", params.max_new_tokens)), (len(prompts),))
         width = int(params.max_new_tokens)
@@ -176,6 +181,9 @@ def qwen_tokenizer() -> Any:
 
 
 # ============================================================================================== malformed output
+DIRECTIONS = re.compile(r"(?<![a-z])(up|down|left|right)(?![a-z])")  # Sokoban's moves, as words
+
+
 def payloads(sentinel: pathlib.Path, seed: int) -> list[tuple[str, str]]:
     """``(category, reply)`` pairs, none of which is a valid action in any env (module docstring)."""
     rng = random.Random(seed)
@@ -232,8 +240,7 @@ def payloads(sentinel: pathlib.Path, seed: int) -> list[tuple[str, str]]:
                              "</delegate><action>x</action>"),
     ]
     for category, text in out:  # no payload names a Sokoban direction (module docstring)
-        words = set(re.findall(r"[a-z]+", text.lower()))
-        assert not words & {"up", "down", "left", "right"}, (category, text[:80])
+        assert not DIRECTIONS.search(text.lower()), (category, text[:80])
     return out
 
 
@@ -348,8 +355,22 @@ def code_runners() -> list[dict[str, Any]]:
     return hits
 
 
+@contextlib.contextmanager
+def sentinel_folder() -> Any:
+    """A temporary folder whose path names no Sokoban direction (the payloads hold it; module docstring)."""
+    while True:
+        folder = tempfile.mkdtemp(prefix="agentjax-faults-")
+        if not DIRECTIONS.search(folder.lower()):
+            break
+        os.rmdir(folder)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def part_malformed(args: argparse.Namespace) -> list[Row]:
-    with tempfile.TemporaryDirectory(prefix="agentjax-faults-") as tmp:
+    with sentinel_folder() as tmp:
         sentinel = pathlib.Path(tmp) / "executed"
         texts = payloads(sentinel, args.seed)
         tokenizer = qwen_tokenizer()
@@ -659,7 +680,7 @@ def part_checkpoint_corrupt(args: argparse.Namespace, tmp: pathlib.Path) -> list
     row = Row("newest checkpoint truncated / bytes flipped, then --resume",
               "reported (CorruptCheckpointWarning naming the step's folder), moved to checkpoints/corrupt/, the "
               "previous step restored; the run ends with the uninterrupted run's numbers; with every checkpoint "
-              "damaged a one-line error, nothing moved")
+              "damaged an error naming the folder and each step's failure, nothing moved")
     rng = random.Random(args.seed)
     n = args.updates
     for how in ("truncate", "flip", "every checkpoint"):
@@ -960,6 +981,12 @@ def part_preflight(args: argparse.Namespace, tmp: pathlib.Path) -> list[Row]:
 
 
 # ============================================================================================== main
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the trainer runs, the env workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     out = ["| fault | injected | survived | lost | handling |", "|---|---:|---:|---:|---|"]
     out += [f"| {r['fault']} | {r['injected']} | {r['survived']} | {r['lost']} | {r['handling']} |" for r in rows]
@@ -976,7 +1003,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--env-kills", type=int, default=4, help="K: SIGKILLs of env workers")
     parser.add_argument("--keep", default=None, help="keep the run folders and logs here (default: a temp folder)")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)  # now: the ALFWorld planner rewrites sys.argv at reset
+    args = parser.parse_args(given)
     parts = args.parts.split(",") if args.parts else list(QUICK_PARTS if args.quick else PARTS)
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -1009,11 +1037,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = [r.as_dict() for r in rows]
     print()
     print(table(results))
-    given = argv if argv is not None else sys.argv[1:]
     meta = {"command": " ".join(["python", "experiments/bench/faults.py", *given]),
             "parts": parts, "quick": args.quick, "seed": args.seed, "updates": args.updates,
             "trainer_kills": args.trainer_kills, "env_kills": 2 if args.quick else args.env_kills,
-            "seconds": round(time.perf_counter() - t_start, 1), "python": platform.python_version(),
+            "seconds": round(time.perf_counter() - t_start, 1), "cpu_seconds": round(cpu_seconds(), 1),
+            "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
