@@ -72,13 +72,13 @@ def tokenizer_dir(tmp_path_factory) -> str:
 @contextlib.contextmanager
 def registered(env: str):
     """``env`` known to the trainer: its spec in ``runconfig.ENVS`` (a read-only mapping, so replaced whole), and its
-    prompt template and projection passed to every ``run_episodes`` call of the loop and its
-    evaluation (their ``template=`` / ``projector=`` arguments, for envs outside the built-in tables)."""
+    prompt template and projection passed to every ``run_episodes`` call of the trainer, its batches' and its
+    evaluation's, both played through :mod:`agentjax.train.shares` (their ``template=`` / ``projector=`` arguments,
+    for envs outside the built-in tables)."""
     plug = dict(template=TEMPLATES[env], projector=project_action)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runconfig, "ENVS", types.MappingProxyType(dict(runconfig.ENVS) | SPECS))
-        mp.setattr(flat, "run_episodes", functools.partial(flat.run_episodes, **plug))
-        mp.setattr(shares, "run_episodes", functools.partial(shares.run_episodes, **plug))  # evaluation's
+        mp.setattr(shares, "run_episodes", functools.partial(shares.run_episodes, **plug))  # training's, evaluation's
         yield mp
 
 
@@ -201,13 +201,13 @@ def advantages_one_row_off(mp: pytest.MonkeyPatch) -> None:
 
 def behaviour_logp_one_token_off(mp: pytest.MonkeyPatch) -> None:
     """The collector's behaviour log-probs one response position off their tokens."""
-    real = flat.to_step_batch
+    real = shares.to_step_batch
 
     def to_step_batch(*args, **kwargs):
         batch = real(*args, **kwargs)
         return batch.replace(behaviour_logp=jnp.roll(batch.behaviour_logp, -1, axis=1))
 
-    mp.setattr(flat, "to_step_batch", to_step_batch)
+    mp.setattr(shares, "to_step_batch", to_step_batch)
 
 
 def logprobs_one_token_late(mp: pytest.MonkeyPatch) -> None:

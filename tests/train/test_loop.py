@@ -281,13 +281,13 @@ def test_a_training_pool_and_a_held_out_series(tmp_path, monkeypatch):
     """``train_pool`` draws every batch from the train split's first N tasks; ``held_out_tasks`` evaluates the env's
     eval split beside the eval tasks at every eval point, with its own outcomes and metrics."""
     played = []
-    real = flat.run_episodes
+    real = flat.FlatAlgorithm.collect
 
-    def spy(pool, tasks, *args, **kwargs):
+    def spy(self, state, policy, tasks, *args, **kwargs):  # the training batches' tasks
         played.extend(t.task_id for t in tasks)
-        return real(pool, tasks, *args, **kwargs)
+        return real(self, state, policy, tasks, *args, **kwargs)
 
-    monkeypatch.setattr(flat, "run_episodes", spy)
+    monkeypatch.setattr(flat.FlatAlgorithm, "collect", spy)
     run = small_run(tmp_path, updates=3, eval_every=3, checkpoint_every=3, train_pool=2, held_out_tasks=3,
                     eval_split="train", eval_tasks=2)
     assert run.eval_slots == 3 * run.eval_seeds  # the larger series sizes the evaluation's pool
