@@ -20,7 +20,9 @@ Per arm, over training seeds (mean ± standard error ``std / √S``):
 - the final check: sampled success on 256 episodes minus the exact success of the same checkpoint, and how many
   runs lie beyond 2 and 3 binomial standard errors (≈ 5% and 0.3% of runs by chance alone).
 
-A difference is marked "(noise)" when ``|mean| < 2 SE``.
+A difference is marked "(noise)" when ``|mean| < 2 SE``. Each table's header gives the ceiling: the optimal
+policy's exact success on the seeds' MDPs (below 1 where the MDPs slip), and how many seeds' MDPs allow the
+threshold at all.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from typing import Any
 import numpy as np
 
 from agentjax.train.runconfig import RunConfig
+from envs.mdp import MDPEnv
+from envs.mdp.solve import optimal
 from experiments.crbc.report import RunRecord, gather, load_results, record_to_json, results_path
-from experiments.credit_testbed.presets import THRESHOLD, arm_of
+from experiments.credit_testbed.presets import POOL, THRESHOLD, arm_of
 
 METRICS = ("exact/", "credit/")
 CHECK = ("check/sampled", "check/sampled_se", "check/exact", "check/episodes")
@@ -74,6 +78,21 @@ def records_of(runs: Mapping[Key, RunConfig], json_path: str) -> dict[Key, RunRe
     records = gather(runs, json_path, METRICS)
     return {k: with_check(r, runs[k]) if r.source != json_path else r for k, r in records.items()
             if r.source == json_path or r.steps >= runs[k].updates}
+
+
+def optimal_success(setting: str, seeds: list[int]) -> dict[int, float]:
+    """``{seed: the optimal policy's exact success from the start, mean over the seed's POOL MDPs}`` (the ceiling
+    of every arm: with slips, below 1)."""
+    tasks = MDPEnv.tasks("train")[:POOL]
+    out = {}
+    for seed in seeds:
+        env = MDPEnv(setting=setting, seed_offset=POOL * seed)  # the seed's MDPs, as arm_run gives them
+        values = []
+        for task in tasks:
+            model = env.model_of(task)
+            values.append(float(optimal(model).success_hs[model.max_steps, model.start]))
+        out[seed] = float(np.mean(values))
+    return out
 
 
 # -- statistics -----------------------------------------------------------------------------------------------------
@@ -240,8 +259,14 @@ def write(records: Mapping[Key, RunRecord], setting: str, results: str, *, confi
     command = command or f"{COMMAND} --settings {setting}"
     some = next(iter(records.values()))
     updates = max(r["updates"] for r in table.values())
+    seeds = sorted({seed for _, seed in records})
+    ceiling = optimal_success(setting, seeds) if setting in SETTING_TEXT else {}
+    reach = (f"The optimal policy's exact success on these MDPs (the ceiling): {np.mean(list(ceiling.values())):.3f} "
+             f"over seeds ({min(ceiling.values()):.3f} to {max(ceiling.values()):.3f}); "
+             f"{sum(v >= THRESHOLD for v in ceiling.values())} of {len(ceiling)} seeds' MDPs allow {THRESHOLD:g} at "
+             "all. " if ceiling else "")
     header = (f"### {SETTING_TEXT.get(setting, setting)}\n\n"
-              f"{updates} updates from random init, the exact evaluation every "
+              f"{reach}{updates} updates from random init, the exact evaluation every "
               f"{min(u for u in curve(some) if u > 0)} updates; mean ± SE over training seeds (each seed its own 4 "
               f"MDPs and initial policy, shared by every arm); \"(noise)\" marks |mean| < 2 SE. Made by "
               f"`{command}`; `{command} --report-only` rebuilds it from `{setting}_results.json`.\n\n")
@@ -254,7 +279,7 @@ def write(records: Mapping[Key, RunRecord], setting: str, results: str, *, confi
         entry.pop("held_out", None)
         entry.pop("train_success", None)
     data = {"config": dict(config if config is not None else stored.get("config", {})), "runs": runs,
-            "results": _json_keys(table)}
+            "optimal_success": {str(k): v for k, v in ceiling.items()}, "results": _json_keys(table)}
     with open(path, "w") as f:
         f.write("{\n" + ",\n".join(
             f" {json.dumps(k)}: " + ("[\n" + ",\n".join("  " + json.dumps(e) for e in v) + "\n ]" if k == "runs"

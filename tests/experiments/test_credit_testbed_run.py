@@ -96,6 +96,7 @@ def test_the_table_on_hand_made_runs_and_its_rebuild_from_the_json_alone(tmp_pat
     assert sero["check_diff"]["mean"] == pytest.approx(0.05) and sero["check_beyond"] == {"2": 0, "3": 0, "runs": 3}
     text = (results / "s3_results.md").read_text()
     assert "| crbc+sero | 3 |" in text and "(1/3)" in text and "--settings s3 --report-only" in text
+    assert "(the ceiling): 1.000 over seeds" in text and "3 of 3 seeds' MDPs allow 0.9" in text  # S3 has no slips
     assert (results / "s3_curves.png").stat().st_size > 10_000
     stored = json.loads((results / "s3_results.json").read_text())
     assert len(stored["runs"]) == 6 and "seed_offset" not in stored["config"]["env_kwargs"]
