@@ -40,7 +40,7 @@ from envs.mdp.solve import optimal
 from experiments.crbc.report import RunRecord, gather, load_results, record_to_json, results_path
 from experiments.credit_testbed.presets import POOL, THRESHOLD, arm_of
 
-METRICS = ("exact/", "credit/")
+METRICS = ("exact/success", "exact/value", "credit/pearson", "credit/sign_agreement", "credit/exact_rows")
 CHECK = ("check/sampled", "check/sampled_se", "check/exact", "check/episodes")
 BASELINE = "grpo"
 COMMAND = "python experiments/credit_testbed/run.py"
