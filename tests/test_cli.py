@@ -62,7 +62,7 @@ def test_paper_presets_build_for_every_method_and_env(tmp_path):
     methods = ("grpo", "rloo", "ppo", "gigpo", "hgpo", "graphgpo", "crbc")
     for env in ALL_ENVS:  # every method on three envs, the env-dependent credit branches on the others
         for method in methods if env in ("sokoban", "alfworld", "webshop") else ("grpo", "gigpo", "crbc"):
-            for name, mesh in (("paper-1.5b", (8, 1)), ("paper-7b", (4, 2))):
+            for name, mesh in (("paper-1.5b", (8, 1)), ("paper-7b", (2, 4))):
                 run, args = build_run(["--method", method, "--env", env, "--preset", name, "--model", str(tmp_path)])
                 assert run.train.credit.method == method and run.mesh == mesh and not args.resume
 
@@ -390,7 +390,7 @@ def test_rao_paper_preset(tmp_path):
     for env, steps in (("textcraft_synth", 250), ("textworld_sync", 400)):
         run, _ = build_run(["--method", "rao", "--env", env, "--preset", "paper-4b", "--model", str(tmp_path)])
         ro = run.train.rollout
-        assert run.train.model.arch.name == "qwen3-4b" and run.mesh == (8, 1) and run.updates == steps
+        assert run.train.model.arch.name == "qwen3-4b" and run.mesh == (1, 8) and run.updates == steps
         assert (ro.num_groups, ro.group_size, ro.max_steps, run.tree.max_depth) == (8, 8, 20, 3)
         assert run.train.optimizer.learning_rate == 3e-6 and (run.train.optimizer.b1, run.train.optimizer.b2) == (
             0.9, 0.95) and run.train.optimizer.weight_decay == 0.017 and run.train.optimizer.max_grad_norm == 1.0

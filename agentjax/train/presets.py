@@ -12,13 +12,15 @@ invalid-action penalty 0.1, 2 history records in the prompt, CRBC β = 0.98, w_G
 other methods: METHODS.md defaults; GiGPO's WebShop normalisation is ``mean_norm``), learning rate 1e-6, KL 0.01,
 entropy 0.001, 512 response tokens, prompts of 2048 tokens (WebShop 4096, Sokoban 1024, TextCraft-Synth 8192:
 measured, see :mod:`agentjax.train.runconfig`), evaluation on the whole eval split where it is small or the paper
-uses all of it (:data:`PAPER_EVAL_TASKS`). The batch holds every turn (``16·8·cap`` rows), micro-batches of 16 rows
-(7B: 8).
+uses all of it (:data:`PAPER_EVAL_TASKS`). The batch holds every turn (``16·8·cap`` rows), micro-batches of one row
+per device (the mesh's fsdp size: 1.5B 8 rows, 7B 2).
 
 Hardware the paper presets expect: one node of 8 GPUs with 80 GB each (A100 / H100 80GB). ``paper-1.5b`` shards
-over ``mesh = (fsdp 8, tp 1)``, ``paper-7b`` over ``(fsdp 4, tp 2)``; float32 parameters and AdamW moments
-(1.5B: ≈ 24 GB, 7B: ≈ 122 GB in total, split 8 ways), bfloat16 matmuls, rematerialised blocks. They start from
-the Instruct weights: pass ``--model DIR`` (enforced by ``require_pretrained``).
+over ``mesh = (fsdp 8, tp 1)``, ``paper-7b`` over ``(fsdp 2, tp 4)``; float32 parameters and AdamW moments
+(1.5B: ≈ 24 GB, 7B: ≈ 122 GB in total, split 8 ways), bfloat16 matmuls, rematerialised blocks. The mesh and
+micro-batch are the ones whose compiled update fits 80 GB a device at every env's prompt capacity
+(``experiments/bench/memory_plan.py``). They start from the Instruct weights: pass ``--model DIR`` (enforced by
+``require_pretrained``).
 
 The ``tiny`` preset: a 2-layer, d = 64 random-init Qwen2-architecture policy with the full Qwen vocabulary (151,936;
 the real tokenizer), constrained decoding of ``<action>…</action>`` replies trained on the distribution it samples
@@ -247,7 +249,7 @@ def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig
         credit=paper_credit(method, env, **credit),
         loss=LossConfig(),  # ε 0.2, dual clip 3, KL 0.01, entropy 0.001, token-mean (verl-agent)
         optimizer=OptimizerConfig(learning_rate=1e-6),
-        micro_batch_size=16 if size == "1.5b" else 8,
+        micro_batch_size=8 if size == "1.5b" else 2,  # one row per device (module docstring)
         seed=0,
     )
     collect = spec.collect(history_length=2, invalid_penalty=0.1, success_reward=10.0, reward="success",
@@ -258,7 +260,7 @@ def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig
     return RunConfig(**sizes, env=env, updates=150, eval_every=10,
         eval_tasks=PAPER_EVAL_TASKS[env], eval_seeds=3, checkpoint_every=10,
         keep_checkpoints=3, out_dir=f"runs/paper-{size}-{env}-{method}", workers=16,
-        mesh=(8, 1) if size == "1.5b" else (4, 2), require_pretrained=True, progress=True)
+        mesh=(8, 1) if size == "1.5b" else (2, 4), require_pretrained=True, progress=True)
 
 
 # -- RAO: recursive trees (METHODS.md "SERA" 1, 6-8; agentjax.train.trees) -----------------------------------------
@@ -349,8 +351,10 @@ def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any)
     """SERA's setting for a tree method (papers/SERA.txt; the released configs): Qwen3-4B-Instruct-2507, 8 root
     tasks × 8 trees per step, 20 turns per node, depth <= 3, the released optimizer (:data:`RELEASED_ADAM`, lr 3e-6)
     and sampling, 250 (TextCraft-Synth) / 400 (TextWorld-Sync) optimizer steps, every node's whole history in its
-    prompt, evaluation on SERA's whole eval split (one tree per task) every 50 steps, on an (fsdp 8, tp 1) mesh of
-    one 8-GPU node. It starts from the Instruct weights (``--model DIR``)."""
+    prompt, evaluation on SERA's whole eval split (one tree per task) every 50 steps, on an (fsdp 1, tp 8) mesh of
+    one 8-GPU node with micro-batches of one row: every weight matrix split 8 ways (no FSDP gathers), each row's
+    activations split over the heads and the MLP width (rows of up to 13,312 tokens; the compiled update fits 80 GB a
+    device: ``experiments/bench/memory_plan.py``). It starts from the Instruct weights (``--model DIR``)."""
     if method not in TREE_METHODS:
         raise ValueError(f"paper_tree: {method!r} is not a tree method ({', '.join(TREE_METHODS)})")
     prompt_len, response_len = PAPER_TREE_LENS[env]
@@ -359,7 +363,7 @@ def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any)
         credit=_tree_credit(method, env, credit, tiny=False),
         loss=LossConfig(kl_coef=0.0, entropy_coef=0.0),
         optimizer=OptimizerConfig(learning_rate=3e-6, **RELEASED_ADAM),
-        micro_batch_size=8, seed=0)
+        micro_batch_size=1, seed=0)
     collect = CollectConfig(truncation="left", batch_bucket=64, invalid_penalty=0.1, success_reward=10.0,
                             sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
                                                     prompt_bucket=256))
@@ -369,7 +373,7 @@ def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any)
                         response_len=response_len)
     return RunConfig(**sizes, env=env, env_kwargs=dict(TREE_ENV_KWARGS[env]), eval_env_kwargs=TREE_EVAL_ENV_KWARGS[env],
                      updates=TOTAL_STEPS[env], eval_every=50, eval_tasks=PAPER_EVAL_TASKS[env], eval_seeds=1,
-                     checkpoint_every=50, keep_checkpoints=3, out_dir=f"runs/paper-4b-{env}-{method}", mesh=(8, 1),
+                     checkpoint_every=50, keep_checkpoints=3, out_dir=f"runs/paper-4b-{env}-{method}", mesh=(1, 8),
                      require_pretrained=True, tree=tree)
 
 

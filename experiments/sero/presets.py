@@ -153,7 +153,7 @@ def matched_run(method: str, seed: int, extra: int, *, results: str = RESULTS, u
 def paper_run(method: str, env: str, size: str = "1.5b", *, coef: float = COEF, **sero) -> RunConfig:
     """The paper's setting (SERO §5): Qwen2.5-``size``-Instruct, ``method`` ∈ {graphgpo, hgpo} as the backbone on
     ``env`` ∈ {alfworld, webshop} with the paper preset's sizes and optimiser, SERO at λ_O = ``coef``; the oracle
-    micro-batch is the update's. Hardware: one node of 8 × 80 GB GPUs (1.5B on an 8 × 1 FSDP × TP mesh, 7B on 4 × 2),
+    micro-batch is the update's. Hardware: one node of 8 × 80 GB GPUs (1.5B on an 8 × 1 FSDP × TP mesh, 7B on 2 × 4),
     as :func:`agentjax.train.presets.paper`."""
     if method not in PAPER_METHODS:
         raise ValueError(f"SERO's paper backbones are {PAPER_METHODS}, not {method!r}")

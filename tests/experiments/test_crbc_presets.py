@@ -39,7 +39,7 @@ def test_paper_presets_mirror_the_paper(env, cap, prompt, size):
     assert credit == CRBCCredit(beta=0.98, depth=None, w_traj=1.0, w_step=5.0, sigma_min=0.1)
     assert ro.prompt_len == co.max_prompt_tokens == prompt and ro.response_len == 512 and ro.rows == 16 * 8 * cap
     assert run.train.model.arch.name == f"qwen2.5-{size}" and run.require_pretrained
-    assert run.mesh == ((8, 1) if size == "1.5b" else (4, 2))  # one node of 8 x 80 GB GPUs
+    assert run.mesh == ((8, 1) if size == "1.5b" else (2, 4))  # one node of 8 x 80 GB GPUs
     assert paper("gigpo", "webshop", size).train.credit.mode == "mean_norm"
 
 
@@ -73,8 +73,8 @@ def test_paper_preset_runs_one_update_of_the_loop_on_8_fake_devices(tmp_path):
     assert summary["step"] == 1 and summary["last"]["train/skipped"] == 0
     assert summary["last"]["rollout/num_episodes"] == 4 and summary["last"]["train/tokens"] > 0
     shardings = {len(x.sharding.device_set) for x in jax.tree.leaves(summary["params"])}
-    assert shardings == {8}  # every parameter lives on the (4, 2) mesh
-    assert json.load(open(tmp_path / "run_config.json"))["mesh"] == [4, 2]
+    assert shardings == {8}  # every parameter lives on the (2, 4) mesh
+    assert json.load(open(tmp_path / "run_config.json"))["mesh"] == [2, 4]
 
 
 @pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")

@@ -39,8 +39,8 @@ def test_paper_presets_mirror_the_paper(method, env, cap, prompt, size):
     assert (ro.num_groups, ro.group_size, ro.max_steps, run.updates) == (16, 8, cap, 150)
     assert ro.prompt_len == co.max_prompt_tokens == prompt and ro.response_len == 512
     assert run.train.model.arch.name == f"qwen2.5-{size}" and run.require_pretrained
-    assert run.mesh == ((8, 1) if size == "1.5b" else (4, 2))  # one node of 8 x 80 GB GPUs
-    assert cfg.oracle_micro_batch_size == cfg.micro_batch_size == (16 if size == "1.5b" else 8)  # the update's
+    assert run.mesh == ((8, 1) if size == "1.5b" else (2, 4))  # one node of 8 x 80 GB GPUs
+    assert cfg.oracle_micro_batch_size == cfg.micro_batch_size == (8 if size == "1.5b" else 2)  # the update's
     assert cfg.oracle_rows == 16 * cap  # every step of every group's budget: one branch per group at most
     assert run.train_collect.snapshots and len(run.branch_slots) == 16  # the roots' snapshots and branch slots
     base = paper(method, env, size)  # the matched base run: the same preset but for SERO (§E)
@@ -65,7 +65,7 @@ def shrunk(run, **sizes):
 
 @pytest.mark.slow  # end to end: `make test-slow` (README, "Tests")
 def test_paper_preset_runs_one_update_with_sero_on_8_fake_devices(tmp_path, monkeypatch):
-    """The whole loop for one update of HGPO+SERO on WebShop on the 7B preset's (4, 2) mesh: 1 group × 2 rollouts ×
+    """The whole loop for one update of HGPO+SERO on WebShop on the 7B preset's (2, 4) mesh: 1 group × 2 rollouts ×
     2 steps (replies of up to 64 tokens, so the oracle's search command fits). The oracle needs 3-6 steps to buy the
     target, more than the 2-step budget, so the test credits the valid branches with a win: the gate, the weights, the
     behaviour scores and the oracle term of the sharded update then run on the real oracle rows."""
@@ -96,9 +96,9 @@ def test_paper_preset_runs_one_update_with_sero_on_8_fake_devices(tmp_path, monk
     assert all(map(math.isfinite, (loss, oracle_loss, total, last["train/grad_norm"]))) and oracle_loss > 0
     assert total == pytest.approx(loss + COEF * oracle_loss, rel=1e-5)
     shardings = {len(x.sharding.device_set) for x in jax.tree.leaves(summary["params"])}
-    assert shardings == {8}  # every parameter lives on the (4, 2) mesh
+    assert shardings == {8}  # every parameter lives on the (2, 4) mesh
     config = json.load(open(tmp_path / "run_config.json"))
-    assert config["mesh"] == [4, 2] and config["train"]["sero"] == dataclasses.asdict(PAPER_SERO)
+    assert config["mesh"] == [2, 4] and config["train"]["sero"] == dataclasses.asdict(PAPER_SERO)
 
 
 @pytest.mark.parametrize("method", ["graphgpo", "crbc"])

@@ -37,7 +37,7 @@ def test_paper_preset_mirrors_the_released_configs(env, steps, lens, filtered):
     assert (opt.learning_rate, opt.b1, opt.b2, opt.eps, opt.weight_decay, opt.max_grad_norm, opt.warmup_steps) == (
         3e-6, 0.9, 0.95, 1e-8, 0.017, 1.0, 0)
     assert cfg.mini_batches == cfg.epochs == 1 and run.collect.sampling.temperature == 1.0
-    assert not run.collect.constrained and run.mesh == (8, 1) and run.workers == 0
+    assert not run.collect.constrained and run.mesh == (1, 8) and run.workers == 0
     assert paper_tree("rao", env, stages=(12, 4, 0)).train.credit.stages == (12, 4, 0)  # RAO + D
     if env == "textworld_sync":
         assert run.env_kwargs["budget"] == 100 and run.eval_kwargs["budget"] is None
@@ -55,7 +55,7 @@ def test_tiny_preset_fits_the_cpu():
 
 @pytest.mark.slow
 def test_paper_preset_runs_one_rao_update_on_8_fake_devices(tmp_path, monkeypatch):
-    """One batch of the whole tree trainer on the paper preset's (8, 1) mesh: 1 root task × 2 trees of 3 turns a
+    """One batch of the whole tree trainer on the paper preset's (1, 8) mesh: 1 root task × 2 trees of 3 turns a
     node. The random policy's replies are invalid, so every advantage would be 0: the test gives the sampled rows
     advantage 1 to run the sharded CISPO step on a real gradient."""
     assert jax.device_count() == 8, "tests/conftest.py fakes 8 CPU devices"
@@ -79,7 +79,7 @@ def test_paper_preset_runs_one_rao_update_on_8_fake_devices(tmp_path, monkeypatc
     assert all(map(math.isfinite, (last["train/loss"], last["train/grad_norm"]))) and last["train/grad_norm"] > 0
     assert {len(x.sharding.device_set) for x in jax.tree.leaves(summary["params"])} == {8}
     config = json.load(open(tmp_path / "run_config.json"))
-    assert config["mesh"] == [8, 1] and config["train"]["credit"]["method"] == "rao"
+    assert config["mesh"] == [1, 8] and config["train"]["credit"]["method"] == "rao"
 
 
 def test_paper_sera_preset_mirrors_the_released_configs():
@@ -96,7 +96,7 @@ def test_paper_sera_preset_mirrors_the_released_configs():
 
 @pytest.mark.slow
 def test_paper_sera_preset_runs_one_step_of_each_stage_on_8_fake_devices(tmp_path, monkeypatch):
-    """Three optimizer steps of the SERA trainer on the paper preset's (8, 1) mesh, one per stage (1 : 1 : 1):
+    """Three optimizer steps of the SERA trainer on the paper preset's (1, 8) mesh, one per stage (1 : 1 : 1):
     execution, decomposition and rubric. The shrunken random policy decodes under the world's constraint (so it
     delegates, and its children get rubrics and fork groups) and writes constrained rubrics; its branches all fail,
     so no fork group is mixed: the test gives every sampled row advantage 1 to run each stage's sharded CISPO step."""
