@@ -124,6 +124,13 @@ CASES = (("paper-1.5b", "crbc", "alfworld"), ("paper-1.5b", "crbc", "textcraft_s
 QUICK_CASES = (("paper-1.5b", "crbc", "alfworld"), ("paper-7b", "crbc", "alfworld"),
                ("paper-4b", "sera", "textcraft_synth"))
 PROGRAMS = ("update", "generate")
+# Update steps planned beside the presets: each preset's setting before this plan changed it, at its longest rows
+# (1.5B: micro-batches of 16 rows; 7B: the (fsdp 4, tp 2) mesh, 8 rows; the tree preset: the (fsdp 8, tp 1) mesh,
+# 8 rows), and the 7B preset under XLA:CPU's default schedule
+REFERENCES = ("paper-1.5b:crbc:textcraft_synth:micro=16:only=update",
+              "paper-7b:crbc:textcraft_synth:mesh=4x2:micro=8:only=update",
+              "paper-4b:sera:textworld_sync:mesh=8x1:micro=8:only=update",
+              "paper-7b:crbc:alfworld:sched=default:only=update")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +167,8 @@ def setting(name: str, method: str, env: str, quick: bool = False, mesh: tuple[i
     sampling = co.sampling
     rollout = train.rollout
     if quick:
-        arch = arch.replace(vocab_size=512, d_model=64, mlp_dim=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                            head_dim=16, attention_chunk=16, name=f"{arch.name}-quick")
+        arch = arch.replace(vocab_size=512, d_model=64, mlp_dim=128, num_layers=2, num_heads=16, num_kv_heads=8,
+                            head_dim=8, attention_chunk=16, name=f"{arch.name}-quick")
         rollout = RolloutConfig(num_groups=2, group_size=4, max_steps=2, prompt_len=48, response_len=16,
                                 capacity=16 if not tree else 32)
         train = train.replace(micro_batch_size=8, loss=dataclasses.replace(train.loss, logprob_chunk=8))
@@ -303,8 +310,9 @@ SCHEDULES = {"memory": SCHEDULER, "default": "--xla_cpu_scheduler_type=CPU_SCHED
 
 
 def parse_case(text: str) -> dict:
-    """``preset:method:env[:mesh=FxT][:micro=N][:sched=memory|default]`` as :func:`setting`'s arguments and the
-    XLA:CPU schedule (``sched``, :data:`SCHEDULES`)."""
+    """``preset:method:env[:mesh=FxT][:micro=N][:sched=memory|default][:only=update|generate]`` as
+    :func:`setting`'s arguments, the XLA:CPU schedule (``sched``, :data:`SCHEDULES`) and the one program to plan
+    (``only``)."""
     parts = text.split(":")
     if len(parts) < 3:
         raise SystemExit(f"--cases: {text!r} is not preset:method:env[:mesh=FxT][:micro=N][:sched=S] "
@@ -318,15 +326,18 @@ def parse_case(text: str) -> dict:
             out["micro"] = int(value)
         elif key == "sched" and value in SCHEDULES:
             out["sched"] = value
+        elif key == "only" and value in PROGRAMS:
+            out["only"] = [value]
         else:
-            raise SystemExit(f"--cases: {part!r} in {text!r}; the options are mesh=FxT, micro=N and "
-                             f"sched={'|'.join(SCHEDULES)}")
+            raise SystemExit(f"--cases: {part!r} in {text!r}; the options are mesh=FxT, micro=N, "
+                             f"sched={'|'.join(SCHEDULES)} and only={'|'.join(PROGRAMS)}")
     return out
 
 
 def run_child(case: str, program: str, quick: bool) -> dict:
     args = parse_case(case)
     args.pop("sched", None)  # the parent set XLA_FLAGS
+    args.pop("only", None)
     s = setting(**args, quick=quick)
     if not quick:  # the program a run compiles, every pass on (the test suite turns most off for speed)
         jax.config.update("jax_disable_most_optimizations", False)
@@ -390,12 +401,12 @@ def spawn(case: str, program: str, quick: bool, min_free: int, timeout: float) -
 
 def table(rows: list[dict]) -> None:
     t = Table(title=f"Per-device memory (GiB) against {DEVICE_BYTES / 1e9:.0f} GB")
-    for col in ("preset", "env", "mesh", "micro", "program", "rows x tokens", "state", "argument", "temp",
-                "output - alias", "peak", "of 80 GB", "fits", "KV cache", "eval KV", "rows that fit"):
-        t.add_column(col, justify="left" if col in ("preset", "env", "program") else "right")
+    for col in ("case", "mesh", "micro", "program", "rows x tokens", "state", "argument", "temp", "output - alias",
+                "peak", "of 80 GB", "fits", "KV cache", "eval KV", "rows that fit"):
+        t.add_column(col, justify="left" if col in ("case", "program") else "right")
     for r in rows:
         if r.get("status") == "error":
-            t.add_row(r["preset"], r["env"], "", "", r["program"], "", "", "", "", "", "", "", r["error"])
+            t.add_row(r["case"], "", "", r["program"], "", "", "", "", "", "", "", r["error"])
             continue
         gib = lambda v: f"{v / GIB:.2f}"  # noqa: E731
         if r["program"] == "update":
@@ -408,26 +419,32 @@ def table(rows: list[dict]) -> None:
             size = f"{r['rows']} x {r['cache_slots']}"
             extra = (gib(r["kv_cache"]["device_bytes"]),
                      f"{gib(r['eval_kv_cache']['device_bytes'])} ({r['eval_rows']} rows)", str(r["rows_that_fit"]))
-        t.add_row(r["preset"], r["env"], "x".join(map(str, r["mesh"])), str(r["micro_batch_size"]), r["program"], size,
+        t.add_row(r["case"], "x".join(map(str, r["mesh"])), str(r["micro_batch_size"]), r["program"], size,
                   gib(r["state_bytes"]["total"]), gib(m["argument"]), gib(m["temp"]), gib(m["output"] - m["alias"]),
                   gib(r["peak_bytes"]), f"{r['fraction']:.0%}", "yes" if r["fits"] else "NO", *extra)
     Console(width=240).print(t)
 
 
 def git_revision() -> str | None:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return proc.stdout.strip() or None
+    """The checkout's commit, with ``+changes`` when tracked files differ from it; None outside a checkout."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode:
+        return None
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                             capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + ("+changes" if changed else "")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="shrunken settings through the same code (seconds)")
-    ap.add_argument("--cases", default=None,
-                    help="preset:method:env[:mesh=FxT][:micro=N][:sched=memory|default],... (default: CASES)")
+    ap.add_argument("--cases", default=None, help="preset:method:env[:mesh=FxT][:micro=N][:sched=memory|default]"
+                    "[:only=update|generate],... (default: CASES and REFERENCES)")
     ap.add_argument("--programs", default=",".join(PROGRAMS), help="update,generate")
     ap.add_argument("--out", default=None, help=f"JSON path (default {RESULTS.relative_to(ROOT)})")
     ap.add_argument("--min-free-gib", type=float, default=2.0, help="stop a child below this much free memory")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per child")
+    ap.add_argument("--revision", default=None, help="the commit of the code when it runs outside a checkout")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--program", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--row-out", default=None, help=argparse.SUPPRESS)
@@ -440,14 +457,15 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(programs) - set(PROGRAMS))
     if unknown:
         raise SystemExit(f"--programs: unknown {unknown}; choose from {PROGRAMS}")
-    cases = [":".join(c) for c in (QUICK_CASES if args.quick else CASES)]
+    cases = [":".join(c) for c in QUICK_CASES] if args.quick else [":".join(c) for c in CASES] + list(REFERENCES)
     if args.cases:
         cases = [c for c in args.cases.split(",") if c]
     for c in cases:
         parse_case(c)
     out = pathlib.Path(args.out) if args.out else RESULTS
     meta = dict(date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), jax=jax.__version__,
-                jaxlib=jax.lib.__version__, python=platform.python_version(), revision=git_revision(),
+                jaxlib=jax.lib.__version__, python=platform.python_version(),
+                revision=args.revision or git_revision(),
                 devices=f"{DEVICES} fake CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count)",
                 device_bytes=DEVICE_BYTES, jax_pool_fraction=JAX_POOL_FRACTION, quick=args.quick,
                 xla_optimizations="as the environment sets them" if args.quick else "all on",
@@ -455,7 +473,7 @@ def main(argv: list[str] | None = None) -> None:
                      "- their parameter arguments")
     rows = []
     for case in cases:
-        for program in programs:
+        for program in parse_case(case).get("only", programs):
             print(f"-- {case} {program}", flush=True)
             if args.quick:  # small programs: in this process
                 t0 = time.perf_counter()

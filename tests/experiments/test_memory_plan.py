@@ -1,6 +1,7 @@
 """experiments/bench/memory_plan.py: the full-size settings it plans (sizes and the KV-cache formula against counts
 made by hand), and ``--quick`` end to end (shrunken settings through the same code: the update and generation
-programs of a flat preset on the (4, 2) mesh and of the tree preset, compiled on 8 fake devices) writing the JSON."""
+programs of the 7B preset on its (2, 4) mesh and of the tree preset on (1, 8), compiled on 8 fake devices) writing the
+JSON."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_full_size_setting_and_kv_cache(plan):
     assert plan.kv_bytes(s, 128) == 2 * 28 * 128 * 2560 * 2 * 128 * 2 == 9_395_240_960
 
     tree = plan.setting("paper-4b", "sera", "textworld_sync")
-    assert tree.tree and tree.mesh == (8, 1) and tree.train.loss.kl_coef == 0
+    assert tree.tree and tree.mesh == (1, 8) and tree.train.loss.kl_coef == 0
     # 8 root tasks x 8 trees: 64 roots on the first turn; 10,240-token prompts and 3,072 new tokens
     assert (tree.gen_rows, tree.prompt_slots, tree.sampling.max_new_tokens) == (64, 10240, 3072)
     assert plan.kv_bytes(tree, 1) == 2 * 36 * 13312 * 8 * 128 * 2
@@ -76,10 +77,10 @@ def test_quick_run_compiles_both_programs(tmp_path):
         assert update["memory"]["argument"] >= update["state_bytes"]["total"]
         gen = rows[name, "generate"]
         kv = gen["kv_cache"]
-        # the quick model: 2 layers, 2 kv heads of 16, bfloat16
-        assert kv["total_bytes"] == 2 * 2 * gen["rows"] * gen["cache_slots"] * 2 * 16 * 2
-        # the cache's rows are split over fsdp (and its kv heads over tp on the (4, 2) mesh)
-        assert "fsdp" in gen["cache_spec"] and kv["split"] == 8
+        # the quick model: 2 layers, 8 kv heads of 8, bfloat16
+        assert kv["total_bytes"] == 2 * 2 * gen["rows"] * gen["cache_slots"] * 8 * 8 * 2
+        # the cache is split 8 ways: its rows over fsdp, its kv heads over tp
+        assert kv["split"] == 8 and "'tp'" in gen["cache_spec"]
         # the decode loop writes its carry, the cache included, in place
         assert gen["decode"]["memory"]["alias"] >= kv["device_bytes"]
         assert gen["peak_bytes"] >= gen["state_bytes"]["total"] + kv["device_bytes"]
