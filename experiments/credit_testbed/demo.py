@@ -151,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make demo: already trained in {folder} (delete it to train anew): its report", flush=True)
     else:
         print(f"make demo: {len(ARMS)} methods x {len(SEEDS)} seeds on the credit testbed's S2 from random init, "
-              f"{UPDATES} updates each, {args.jobs} at a time; the first runs compile (a minute or two), later ones "
-              "load the compiled programs. A line per evaluation:", flush=True)
+              f"{UPDATES} updates each, in {args.jobs} processes; the first runs compile (a minute or two), later ones "
+              "reuse the compiled programs. A line per evaluation:", flush=True)
         with progress(runs):
-            run_all(runs, args.jobs, check=False)
+            run_all(runs, args.jobs, check=False, even=True)
     from experiments.credit_testbed.report import report
 
     table = report({k[1:]: r for k, r in runs.items()}, SETTING, folder, command="python "

@@ -48,8 +48,8 @@ from experiments.credit_testbed.presets import (  # noqa: E402
     RUNS,
     SEEDS,
     SETTINGS,
-    comparison,
     arm_run,
+    comparison,
 )
 
 Key = tuple[str, str, int]  # (setting, arm label, seed)
@@ -152,10 +152,12 @@ def describe(key: Key) -> str:
     return f"{setting} {label:>18} seed {seed}"
 
 
-def run_all(runs: Mapping[Key, RunConfig], jobs: int, check: bool = True, logs: str | None = None) -> None:
+def run_all(runs: Mapping[Key, RunConfig], jobs: int, check: bool = True, logs: str | None = None,
+            even: bool = False) -> None:
     """Run what is not finished, ``jobs`` processes at a time, each process the unfinished arms of one setting and
-    seed (so that a partial comparison has whole seeds), a line as each run ends; logs in ``logs`` (default: a
-    ``logs`` folder beside the run folders)."""
+    seed (so that a partial comparison has whole seeds; ``even``: instead exactly ``jobs`` processes, the runs dealt
+    out in turn, for a short set of runs that should not wait on one process), a line as each run ends; logs in
+    ``logs`` (default: a ``logs`` folder beside the run folders)."""
     from agentjax.train.checkpoint import being_trained
 
     todo = {k: r for k, r in runs.items() if not finished(r, check) and not being_trained(r.out_dir)}
@@ -163,9 +165,9 @@ def run_all(runs: Mapping[Key, RunConfig], jobs: int, check: bool = True, logs: 
           f"{jobs} processes at a time", flush=True)
     if not todo:
         return
-    batches: dict[tuple[str, int], list[Key]] = {}
-    for key in todo:
-        batches.setdefault((key[0], key[2]), []).append(key)
+    batches: dict[str, list[Key]] = {}
+    for i, key in enumerate(todo):
+        batches.setdefault(f"part{i % max(jobs, 1)}" if even else f"{key[0]}-seed{key[2]}", []).append(key)
     logs = logs or os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(next(iter(todo.values())).out_dir))),
                                 "logs")
     start = time.perf_counter()
@@ -179,10 +181,9 @@ def run_all(runs: Mapping[Key, RunConfig], jobs: int, check: bool = True, logs: 
             print(f"[{len(done)}/{len(todo)}] {describe(done[-1])}: {state} in {seconds:.0f} s "
                   f"({(time.perf_counter() - start) / 60:.1f} min in all)", flush=True)
 
-    def batch(item: tuple[tuple[str, int], list[Key]]) -> int:
-        (setting, seed), keys = item
-        return run_in_process([todo[k] for k in keys], os.path.join(logs, f"{setting}-seed{seed}.log"), check,
-                              on_done)
+    def batch(item: tuple[str, list[Key]]) -> int:
+        name, keys = item
+        return run_in_process([todo[k] for k in keys], os.path.join(logs, f"{name}.log"), check, on_done)
 
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
         codes = list(pool.map(batch, batches.items()))

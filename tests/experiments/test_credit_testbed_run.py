@@ -66,6 +66,20 @@ def test_a_run_is_finished_with_its_check_and_finished_runs_are_not_run_again(tm
     monkeypatch.setattr(driver, "run_in_process", lambda runs, *a, **k: started.extend(runs) or 0)
     driver.run_all({("s2", "grpo", 0): run}, jobs=2)
     assert not started and "0 to run" in capsys.readouterr().out
+    batches = []
+    monkeypatch.setattr(driver, "run_in_process", lambda runs, log, *a: batches.append((runs, log)) or 0)
+    monkeypatch.setattr(driver, "finished", lambda run, check=True: False)  # nothing trains: listed as unfinished
+    todo = {("s2", label, seed): arm_run("s2", label, seed, runs=str(tmp_path)) for seed in (0, 1, 2)
+            for label in ("grpo", "crbc")}
+    with pytest.raises(SystemExit, match="runs not finished"):
+        driver.run_all(todo, jobs=2)  # one process per setting and seed
+    assert sorted(os.path.basename(log) for _, log in batches) == ["s2-seed0.log", "s2-seed1.log", "s2-seed2.log"]
+    batches.clear()
+    with pytest.raises(SystemExit, match="runs not finished"):
+        driver.run_all(todo, jobs=2, even=True)  # exactly 2 processes, the runs dealt out in turn
+    assert sorted(len(runs) for runs, _ in batches) == [3, 3]
+    assert sum((runs for runs, _ in batches), []) != list(todo.values()) and \
+        sorted(r.out_dir for runs, _ in batches for r in runs) == sorted(r.out_dir for r in todo.values())
 
 
 def test_the_table_on_hand_made_runs_and_its_rebuild_from_the_json_alone(tmp_path):
