@@ -415,7 +415,7 @@ def test_bad_rao_configs_are_clear_errors(capsys, argv, message):
     assert re.search(message, " ".join(err.replace("│", " ").split())), err
 
 
-@pytest.mark.slow  # compiles the sampler and the tree update (tests/train/test_tree_loop.py runs the loop itself)
+@pytest.mark.slow  # compiles the sampler and the tree update (tests/train/test_trainer_trees.py trains)
 def test_one_rao_update_configured_by_the_command_line(capsys, tmp_path):
     from agentjax.train import train
 

@@ -36,8 +36,6 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from agentjax.rollout.policy import constrained_choices  # noqa: F401 (the choices of these tries, on the host)
-
 NO_NODE = -1  # node of a row that left its trie (after a stop token); parent of padding edges
 
 

@@ -39,7 +39,6 @@ from agentjax.models import constrain
 from agentjax.models.choose import choose
 from agentjax.models.qwen import KVCache, Qwen
 from agentjax.models.sampling import Finish, SampleOutput, SamplingParams, left_pad
-from agentjax.rollout.policy import batch_padding  # noqa: F401 (the collectors' batch padding, importable from here)
 
 
 @struct.dataclass(frozen=True)

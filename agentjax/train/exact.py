@@ -50,9 +50,9 @@ from flax import nnx
 
 from agentjax.agents.compact import templates
 from agentjax.credit.accuracy import credit_accuracy
-from agentjax.models.constrain import constrained_choices
 from agentjax.rollout.batch import NO_ID, StepBatch
 from agentjax.rollout.collect import CollectConfig, turn_prompt
+from agentjax.rollout.policy import constrained_choices
 from agentjax.rollout.records import Rollouts
 from agentjax.train.advantages import Advantages
 from agentjax.train.runconfig import RunConfig

@@ -124,7 +124,7 @@ class FlatStep:
     steps: StepBatch
     stats: RolloutStats
     adv: Advantages | None = None
-    oracle: Any = None  # SERO's OracleRows for update(..., oracle=rows)
+    oracle: Any = None  # SERO's OracleRows, the UpdateBatch's oracle rows
     sero_metrics: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     exact_credit: Mapping[str, float] = dataclasses.field(default_factory=dict)  # credit accuracy (envs/mdp)
 

@@ -32,7 +32,8 @@ from flax import nnx
 
 from agentjax.agents.compact import templates
 from agentjax.rollout.batch import NO_ID, StepBatch
-from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices, turn_prompt
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, turn_prompt
+from agentjax.rollout.policy import constrained_choices
 from agentjax.train.config import LossConfig
 from agentjax.train.update import forward_rows
 

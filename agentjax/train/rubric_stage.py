@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentjax.credit.sera_stages import rubric_credit
-from agentjax.models.constrain import constrained_choices
 from agentjax.rollout.batch import NO_ID, StepBatch
+from agentjax.rollout.policy import constrained_choices
 from agentjax.rollout.tree_collect import TreeRollouts
 from agentjax.rollout.tree_rubrics import ForkConfig, ForkGroup
 from agentjax.train.config import SERACredit

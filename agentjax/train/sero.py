@@ -11,8 +11,8 @@ between collection and the update (METHODS.md "SERO"; papers/SERO.txt §4, §C.2
    ``ℓ_j`` the loss computes at the first step;
 3. the weights of the configured scheme, the improvement gate against the on-policy suffix return, and each row's
    coefficient ``g_b · w_bj / #roots attempted`` (:func:`sero_credit`, the kernels of :mod:`agentjax.credit.sero`);
-4. :class:`~agentjax.train.update.OracleRows` for ``update(..., oracle=rows)``, which adds ``λ_O · L_O`` to the base
-   loss at every optimizer step of the update (a choice: with ``mini_batches = M`` each step's base loss is a
+4. :class:`~agentjax.train.update.OracleRows` in the ``UpdateBatch`` (``oracle=rows``), which adds ``λ_O · L_O`` to
+   the base loss at every optimizer step of the update (a choice: with ``mini_batches = M`` each step's base loss is a
    token mean over its own mini-batch, so adding the whole ``L_O`` to each keeps the ratio λ_O of §4.4 at every
    step; ``L_O`` is small, at most one branch per group).
 
@@ -48,7 +48,7 @@ from agentjax.rollout.batch import StepBatch
 from agentjax.rollout.collect import CollectConfig, Rollouts
 from agentjax.rollout.oracle import BranchRun, OracleBatch, run_branches, select_roots, to_oracle_batch
 from agentjax.train.config import SeroConfig, TrainConfig
-from agentjax.train.update import COMPACT_BUCKET, OracleRows, _graphdef, compact_rows, forward_rows, trained_mask
+from agentjax.train.update import COMPACT_BUCKET, OracleRows, compact_rows, forward_rows, policy_graphdef, trained_mask
 
 SERO_KEY = 0x5E40  # fold_in(collection key, SERO_KEY): the branch's own stream
 DEPTH_BINS = (0, 1, 2, 4, 8)  # the depths whose mean weight is logged (sero/weight_d<k>)
@@ -57,7 +57,7 @@ DEPTH_BINS = (0, 1, 2, 4, 8)  # the depths whose mean weight is logged (sero/wei
 def make_scorer(config: TrainConfig, model: nnx.Module):
     """``score(params, steps) -> [N, Lr]``: log π(reply token) of oracle step rows under ``params`` (0 off the
     command tokens), in oracle micro-batches, exactly as the loss computes it; compacts the rows first on CPU."""
-    graphdef = _graphdef(model)
+    graphdef = policy_graphdef(model)
     size = config.oracle_micro_batch_size
 
     @jax.jit

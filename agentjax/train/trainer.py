@@ -31,8 +31,8 @@ the algorithm's progress reaches ``run.updates``.
 Reproducibility. Every random draw comes from ``state.rng`` through ``next_key`` (collection, update order) or from
 (seed, step) (evaluation); the task stream is a pure function of (seed, data_position); the state and the stream
 position are in the checkpoint. So a run stopped after a checkpoint and resumed reproduces the uninterrupted run's
-parameters and metrics lines exactly (timings aside) — tests/train/test_loop.py and test_tree_loop.py check it. On
-resume a corrupt newest checkpoint is reported (``CorruptCheckpointWarning``) and the previous one used;
+parameters and metrics lines exactly (timings aside) — tests/train/test_trainer_flat.py and test_trainer_trees.py
+check it. On resume a corrupt newest checkpoint is reported (``CorruptCheckpointWarning``) and the previous one used;
 ``metrics.jsonl`` is cut back to the restored step. A resumed run must have the same train / env / collector config
 as the checkpoint (checked; the schedule, ``updates`` and ``out_dir`` may change). Without ``resume`` an ``out_dir``
 that already holds checkpoints is an error, never silently overwritten.

@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from agentjax.models.constrain import constrained_choices
+from agentjax.rollout.policy import constrained_choices
 from agentjax.rollout.tree_collect import run_trees
 from agentjax.train.runconfig import RunConfig
 from agentjax.train.tree_worlds import make_judge, planner_teacher, world_factory

@@ -537,7 +537,8 @@ def _gradients(spec: UpdateSpec, graphdef: nnx.GraphDef, trainable: dict, ref_pa
     return grads, metrics | extra.metrics | {"total_loss": metrics["loss"] + spec.sero_coef * oracle_loss}
 
 
-def _graphdef(model: nnx.Module) -> nnx.GraphDef:
+def policy_graphdef(model: nnx.Module) -> nnx.GraphDef:
+    """The model's graph definition, once its state is checked to be parameters only (what the update traces)."""
     policy_params(model)  # raises on non-Param state
     return nnx.graphdef(model)
 
@@ -565,7 +566,7 @@ def make_update(config: TrainConfig, model: nnx.Module, tx: optax.GradientTransf
         with a non-zero advantage), signal_decision_tokens (their decision tokens);
       - CISPO: loss, entropy, clip_frac, ratio_mean, ratio_max, behaviour_kl (token means over the trained tokens).
     """
-    return _build_update(UpdateSpec.of(config, model), _graphdef(model), tx)
+    return _build_update(UpdateSpec.of(config, model), policy_graphdef(model), tx)
 
 
 @functools.lru_cache(maxsize=8)
@@ -675,7 +676,7 @@ def skip_batch(state: TrainState) -> TrainState:
 
 
 def _objective_fn(config: TrainConfig, model: nnx.Module, *, with_grad: bool) -> Callable:
-    graphdef = _graphdef(model)
+    graphdef = policy_graphdef(model)
     spec = UpdateSpec.of(config)
 
     def objective(state: TrainState, batch: UpdateBatch):
@@ -718,7 +719,7 @@ def make_logprob_fn(config: TrainConfig, model: nnx.Module) -> Callable[[Params,
     """The jitted ``logprobs(params, batch) -> [B, Lr]``: log π(response token) under ``params`` at the loss's
     temperature, exactly as the loss computes it (0 off the trained tokens). E.g. ``π_old`` for a batch collected
     elsewhere, or the reference policy's log-probs."""
-    graphdef = _graphdef(model)
+    graphdef = policy_graphdef(model)
 
     def logprobs(params: Params, batch: StepBatch):
         _check_batch(config, batch)
@@ -737,7 +738,7 @@ def make_value_fn(config: TrainConfig, model: nnx.Module) -> Callable[[TrainStat
     decoded (the value reads the last prompt token, which the causal decoder computes from the prompt alone)."""
     if not config.is_ppo:
         raise ValueError(f"make_value_fn: the credit method {config.credit.method!r} has no value head; use PPO")
-    graphdef = _graphdef(model)
+    graphdef = policy_graphdef(model)
 
     def values(state: TrainState, batch: StepBatch):
         _check_batch(config, batch)

@@ -14,7 +14,7 @@ The objective is the mean NLL over the response tokens (the stop token included)
 own decoder pass (:func:`agentjax.train.update.forward_rows`: prompt + response in one segment, log-probs from
 :func:`agentjax.models.logprobs.chunked_logprobs` at response positions only). With ``collect.masked_logp`` the
 demonstrations carry the constrained decoder's choices at every response position
-(:func:`agentjax.rollout.collect.constrained_choices` over the admissible replies, exactly what the collector
+(:func:`agentjax.rollout.policy.constrained_choices` over the admissible replies, exactly what the collector
 records) and the NLL is that of the renormalised policy the trainer optimises (``allowed_logprobs``): forced
 format tokens have probability 1 and no gradient, so the warm start spends its steps on the decision tokens
 only, and costs no ``[·, V]`` unembedding. AdamW (no weight decay) with a constant learning rate for
@@ -65,7 +65,8 @@ from flax import nnx
 from agentjax.agents.compact import templates
 from agentjax.models import Qwen, load_hf, save_hf
 from agentjax.rollout.batch import NO_ID, StepBatch
-from agentjax.rollout.collect import PROJECTORS, CollectConfig, constrained_choices, turn_prompt
+from agentjax.rollout.collect import PROJECTORS, CollectConfig, turn_prompt
+from agentjax.rollout.policy import constrained_choices
 from agentjax.train.compact import TREE_COMPACT_BUCKET, compact_rows
 from agentjax.train.config import LossConfig
 from agentjax.train.runconfig import RunConfig, WarmStart, config_hash

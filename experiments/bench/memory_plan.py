@@ -102,10 +102,11 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from agentjax.models.qwen import ACCELERATOR_CHUNK, Qwen  # noqa: E402
-from agentjax.models.sampler import SamplingParams, _decode, _prefill, batch_padding  # noqa: E402
+from agentjax.models.sampler import SamplingParams, _decode, _prefill  # noqa: E402
 from agentjax.models.sampling import left_pad  # noqa: E402
 from agentjax.parallel import activation_sharding, fsdp_tp, make_mesh, param_shardings  # noqa: E402
 from agentjax.rollout.batch import StepBatch  # noqa: E402
+from agentjax.rollout.policy import batch_padding  # noqa: E402
 from agentjax.train.advantages import compute_advantages  # noqa: E402
 from agentjax.train.config import RolloutConfig, TrainConfig  # noqa: E402
 from agentjax.train.presets import TREE_METHODS, preset  # noqa: E402
@@ -233,7 +234,7 @@ def plan_update(s: Setting) -> dict:
     state = abstract_state(s.train, model, tx, schedule=s.tree)
     ro = s.train.rollout
     steps = jax.eval_shape(lambda: StepBatch.empty(ro.rows, ro.prompt_len, ro.response_len))
-    if s.tree:  # a stage's rows and tokens (tree_loop), rows in batch order (no key)
+    if s.tree:  # a stage's rows and tokens (train.trees), rows in batch order (no key)
         batch = UpdateBatch(steps, jax.ShapeDtypeStruct((ro.rows,), jnp.float32),
                             row_mask=jax.ShapeDtypeStruct((ro.rows,), jnp.bool_),
                             token_mask=jax.ShapeDtypeStruct((ro.rows, ro.response_len), jnp.bool_))

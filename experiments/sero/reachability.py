@@ -48,9 +48,9 @@ import numpy as np
 from flax import nnx
 
 from agentjax.models import Qwen, Sampler, load_hf, load_tokenizer
-from agentjax.models.sampler import batch_padding
 from agentjax.rollout.collect import PROJECTORS, Rollouts, run_episodes
 from agentjax.rollout.oracle import Branch, run_branches, select_roots, to_oracle_batch
+from agentjax.rollout.policy import batch_padding
 from agentjax.train.checkpoint import Checkpointer
 from agentjax.train.config import LossConfig, ModelConfig, SeroConfig
 from agentjax.train.offline import find_run

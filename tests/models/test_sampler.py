@@ -17,7 +17,7 @@ from agentjax.models.qwen import Qwen
 from agentjax.models.sampler import Sampler, _gumbel_at, exact_draws_supported, filter_top_k_top_p
 from agentjax.models.sampling import Finish, SamplingParams, left_pad
 from agentjax.models.tokenizer import IM_END_ID, load_tokenizer
-from agentjax.rollout.collect import constrained_choices
+from agentjax.rollout.policy import constrained_choices
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [300, 301, 302, 303, 304]]
 
@@ -210,7 +210,7 @@ def test_a_remat_model_samples_like_the_plain_one():
 
 
 def test_batch_padding_to_multiples_or_powers_of_two():
-    from agentjax.models.sampler import batch_padding
+    from agentjax.rollout.policy import batch_padding
 
     assert [batch_padding(n, 8) for n in (1, 8, 9, 128)] == [7, 0, 7, 0]
     assert [batch_padding(n, 8, pow2=True) for n in (1, 8, 9, 33, 100, 128)] == [7, 0, 7, 31, 28, 0]

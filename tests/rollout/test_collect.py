@@ -299,7 +299,7 @@ def test_sparse_decoding_with_dense_draws_collects_the_dense_episodes(sampler):
 
 
 def test_constrained_choices_follow_the_trie():
-    from agentjax.rollout.collect import constrained_choices
+    from agentjax.rollout.policy import constrained_choices
 
     replies = [[5, 6], [5, 6, 7], [5, 8]]  # [5, 6] is a prefix of another reply: stop or 7 after it
     assert constrained_choices(replies, (0, 1), [5, 6, 7, 0]) == ((5,), (6, 8), (0, 1, 7), (0, 1))

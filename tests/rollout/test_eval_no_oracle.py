@@ -64,7 +64,7 @@ def test_evaluation_never_calls_the_oracle_but_the_sero_branch_does(no_oracle, t
     from agentjax.train import trainer
     from agentjax.train.eval import eval_key, evaluate
     from agentjax.train.state import sync_model
-    from tests.train.test_loop import small_run
+    from tests.train.test_trainer_flat import small_run
 
     with pytest.raises(RuntimeError, match="SokobanEnv.oracle called"):
         SokobanEnv().oracle()

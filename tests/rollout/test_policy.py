@@ -19,7 +19,6 @@ from flax import nnx
 from agentjax import models
 from agentjax.agents.prompts import encode_prompt
 from agentjax.models import Qwen, QwenConfig, Sampler
-from agentjax.models import sampler as sampler_module
 from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
 from agentjax.models.word_tokenizer import STOP_IDS as WORD_STOPS
 from agentjax.models.word_tokenizer import word_tokenizer
@@ -62,7 +61,6 @@ def test_the_sampler_satisfies_the_protocol_with_its_types(sampler):
     assert isinstance(sampler.tokenizer, policy.Tokenizer)
     assert (models.SamplingParams, models.SampleOutput, models.Finish) == (
         policy.SamplingParams, policy.SampleOutput, policy.Finish)
-    assert sampler_module.batch_padding is batch_padding
     assert policy.CHAT_STOP_IDS == (IM_END_ID, ENDOFTEXT_ID)
 
 

@@ -121,7 +121,7 @@ def test_the_trainer_runs_a_rubric_stage_step(tmp_path):
     from agentjax.train.metrics import read_metrics
     from agentjax.train.trainer import train
     from agentjax.train.trees import NoSignalError
-    from tests.train.test_tree_loop import TREE, small_run
+    from tests.train.test_trainer_trees import TREE, small_run
 
     tree = dataclasses.replace(TREE, rubric_tokens=320, grade_tokens=96, rubric_choices=True, max_skipped_batches=0)
     run = small_run(tmp_path, eval_every=0, checkpoint_every=0, tree=tree)

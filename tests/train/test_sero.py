@@ -12,7 +12,7 @@ import pytest
 from agentjax.train import trainer
 from agentjax.train.config import SeroConfig
 from agentjax.train.metrics import read_metrics
-from tests.train.test_loop import small_run
+from tests.train.test_trainer_flat import small_run
 
 
 def _run(out, sero):
