@@ -1,7 +1,7 @@
 """Memory plan of the paper presets: does one update step, and one generate call, fit an 80 GB accelerator?
 
 Each case is one preset at full size (:func:`agentjax.train.presets.preset`: ``paper-1.5b`` on its (fsdp 8, tp 1)
-mesh, ``paper-7b`` on (fsdp 4, tp 2), the tree methods' ``paper-4b`` on (fsdp 8, tp 1)) compiled ahead of time on
+mesh, ``paper-7b`` on (fsdp 2, tp 4), the tree methods' ``paper-4b`` on (fsdp 1, tp 8)) compiled ahead of time on
 8 fake CPU devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``): nothing is allocated, every argument is a
 ``jax.ShapeDtypeStruct`` carrying its sharding, and the numbers are the compiled programs' own
 ``compiled.memory_analysis()``, per device (the SPMD-partitioned program one device runs).
