@@ -55,8 +55,10 @@ test: $(STAMP) alfworld-data
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 # The end-to-end checks of minutes and the heaviest duplicates (pytest -m slow; README), on the same workers.
+# SLOW picks among them (CI: "slow and not multiprocess").
+SLOW ?= slow
 test-slow: $(STAMP) alfworld-data
-	$(PY) -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -m "$(SLOW)" -n $(TEST_WORKERS) --dist loadfile
 
 # A few minutes on 2 cores: GRPO, GiGPO and CRBC from random init on the credit testbed's S2 (small text MDPs with a
 # known model), 3 seeds each, a line per evaluation, then the table of each method's exact-success gain ± SE, the

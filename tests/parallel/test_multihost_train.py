@@ -135,6 +135,7 @@ def runs(tmp_path_factory):
 
 
 @pytest.mark.slow  # four short training runs, two of them as 2-process jobs: `make test-slow`
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name,args", [("grpo", FLAT), ("rao", RAO)])
 def test_two_processes_train_as_one(runs, name, args):
     one, two = str(runs / f"{name}-1x8"), str(runs / f"{name}-2x4")
@@ -150,6 +151,7 @@ def test_two_processes_train_as_one(runs, name, args):
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 def test_a_killed_process_stops_the_job_and_resume_finishes_it(runs):
     """SIGKILL to process 1 once the first checkpoint is on disk: the job stops with an error naming it; the same
     command with --resume finishes the run with the numbers of the uninterrupted 2-process run."""
