@@ -62,6 +62,7 @@ episode or tree at once, as :func:`agentjax.train.eval.evaluate` runs them) and 
 Usage::
 
     python experiments/bench/memory_plan.py [--quick] [--cases paper-7b:crbc:alfworld,...] [--programs update,generate]
+        [--merge]   # recompute the given cases into the existing JSON (each row carries its ``revision``)
 """
 
 from __future__ import annotations
@@ -155,10 +156,10 @@ def setting(name: str, method: str, env: str, quick: bool = False, mesh: tuple[i
     """The case's preset with the accelerator's attention blocking; ``quick`` shrinks model and batch; ``mesh`` and
     ``micro`` replace the preset's mesh and micro-batch size (to plan a change before making it)."""
     run = preset(name, method, env)
-    if mesh is not None:
-        run = run.replace(mesh=mesh)
+    changes = {"mesh": mesh} if mesh is not None else {}
     if micro is not None:
-        run = run.replace(train=run.train.replace(micro_batch_size=micro))
+        changes["train"] = run.train.replace(micro_batch_size=micro)
+    run = run.replace(**changes)  # together: a micro-batch must split over the new mesh's fsdp
     train, co = run.train, run.collect
     arch = train.model.arch.replace(attention_chunk=ACCELERATOR_CHUNK, attention_unroll=1)
     tree = method in TREE_METHODS
@@ -436,6 +437,12 @@ def git_revision() -> str | None:
     return head.stdout.strip() + ("+changes" if changed else "")
 
 
+def merge_rows(previous: list[dict], rows: list[dict]) -> list[dict]:
+    """``previous`` with each (case, program) that ``rows`` has replaced in place, then ``rows``' new ones."""
+    new = {(r["case"], r["program"]): r for r in rows}
+    return [new.pop((r["case"], r["program"]), r) for r in previous] + list(new.values())
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="shrunken settings through the same code (seconds)")
@@ -446,6 +453,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--min-free-gib", type=float, default=2.0, help="stop a child below this much free memory")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per child")
     ap.add_argument("--revision", default=None, help="the commit of the code when it runs outside a checkout")
+    ap.add_argument("--merge", action="store_true", help="replace these cases' rows in the existing --out JSON and "
+                    "keep its other rows (each row names the revision that made it)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--program", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--row-out", default=None, help=argparse.SUPPRESS)
@@ -472,6 +481,10 @@ def main(argv: list[str] | None = None) -> None:
                 xla_optimizations="as the environment sets them" if args.quick else "all on",
                 peak="argument + output - alias + temp, per device; generate: resident state + max(prefill, decode) "
                      "- their parameter arguments")
+    previous = []
+    if args.merge and out.exists():
+        old = json.loads(out.read_text())
+        previous = [r | {"revision": r.get("revision", old["meta"]["revision"])} for r in old["cases"]]
     rows = []
     for case in cases:
         for program in parse_case(case).get("only", programs):
@@ -481,12 +494,13 @@ def main(argv: list[str] | None = None) -> None:
                 row = run_child(case, program, quick=True) | dict(wall_s=time.perf_counter() - t0)
             else:
                 row = spawn(case, program, False, int(args.min_free_gib * GIB), args.timeout)
-            rows.append(row)
+            rows.append(row | {"revision": meta["revision"]})
             brief = {k: row.get(k) for k in ("status", "error", "peak_gib", "fraction", "fits", "compile_s",
                                               "wall_s") if k in row}
             print(json.dumps(brief), flush=True)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(dict(meta=meta, cases=rows), indent=1))
+            out.write_text(json.dumps(dict(meta=meta, cases=merge_rows(previous, rows)), indent=1))
+    rows = merge_rows(previous, rows)
     table(rows)
     print(f"wrote {out}")
     if any(r.get("status") == "error" for r in rows):

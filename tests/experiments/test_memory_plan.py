@@ -84,3 +84,20 @@ def test_quick_run_compiles_both_programs(tmp_path):
         # the decode loop writes its carry, the cache included, in place
         assert gen["decode"]["memory"]["alias"] >= kv["device_bytes"]
         assert gen["peak_bytes"] >= gen["state_bytes"]["total"] + kv["device_bytes"]
+
+
+def test_a_planned_mesh_and_micro_batch_change_together(plan):
+    # the 7B preset's 2-row micro-batches do not split over fsdp 4: mesh and micro-batch are replaced in one step
+    s = plan.setting("paper-7b", "crbc", "textcraft_synth", mesh=(4, 2), micro=8)
+    assert s.mesh == (4, 2) and s.train.micro_batch_size == 8
+    tree = plan.setting("paper-4b", "sera", "textworld_sync", mesh=(8, 1), micro=8)
+    assert tree.mesh == (8, 1) and tree.train.micro_batch_size == 8
+
+
+def test_merge_replaces_recomputed_rows_in_place(plan):
+    previous = [{"case": "a", "program": "update", "peak_gib": 1.0}, {"case": "b", "program": "update",
+                                                                      "status": "error"},
+                {"case": "c", "program": "generate", "peak_gib": 3.0}]
+    rows = [{"case": "b", "program": "update", "peak_gib": 2.0}, {"case": "d", "program": "update", "peak_gib": 4.0}]
+    merged = plan.merge_rows(previous, rows)
+    assert [(r["case"], r.get("peak_gib")) for r in merged] == [("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)]
