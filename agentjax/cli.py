@@ -76,6 +76,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import os
 import re
@@ -86,9 +87,17 @@ from typing import Any
 
 import tyro
 
+from agentjax.agents.tree import render_tree
+from agentjax.parallel import initialize_distributed
+from agentjax.train.checkpoint import CheckpointError, RunFolderBusy
 from agentjax.train.config import CREDIT_METHODS, SERACredit, SeroConfig
-from agentjax.train.presets import PRESETS
+from agentjax.train.offline import evaluate_checkpoint, find_run
+from agentjax.train.presets import PRESETS, env_step_cap, preset
 from agentjax.train.runconfig import ENVS, RunConfig, full_capacity
+from agentjax.train.trainer import ResumeMismatch, train
+from agentjax.train.trees import load_trees, saved_tree_files
+from agentjax.train.update import NonFiniteUpdateError
+from envs.data import DATASETS, fetch, summary
 
 _USAGE = __doc__.split("::")[1].split("``train``")[0]
 
@@ -454,7 +463,6 @@ def _name_flags(message: str, groups: Mapping[str, tuple[str, tuple[Flag, ...]]]
 def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunConfig, argparse.Namespace]:
     """The validated ``RunConfig`` of ``agentjax train`` arguments and the command's own (``method``, ``env``,
     ``preset``, ``sero``, ``resume``, ``dry_run``); raises ``ValueError`` / ``FileNotFoundError`` / ``SystemExit``."""
-    from agentjax.train.presets import env_step_cap, preset
 
     parser = _Parser(prog=prog, add_help=False, allow_abbrev=False, description="train a policy")
     parser.add_argument("--method", required=True, choices=sorted(CREDIT_METHODS), help="the credit method")
@@ -495,8 +503,6 @@ def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunCon
 
 def _train(argv: Sequence[str]) -> int:
     prog = "agentjax train"
-    from agentjax.parallel import initialize_distributed
-
     initialize_distributed()  # one process per host joins the job (README, "Several hosts"), before any JAX use
     try:
         run, args = build_run(argv, prog)
@@ -507,11 +513,6 @@ def _train(argv: Sequence[str]) -> int:
     if args.dry_run:
         print(json.dumps(run.to_dict(), indent=1))
         return 0
-    import logging
-
-    from agentjax.train.checkpoint import CheckpointError, RunFolderBusy
-    from agentjax.train.trainer import ResumeMismatch, train
-    from agentjax.train.update import NonFiniteUpdateError
 
     # force: absl (which orbax imports) has already given the root logger a handler, which would keep this format
     # and level from applying; the project's own INFO lines (the checkpoint a run resumed from) show, other
@@ -520,14 +521,14 @@ def _train(argv: Sequence[str]) -> int:
     for name in ("agentjax", "envs"):
         logging.getLogger(name).setLevel(logging.INFO)
     try:
-        summary = train(run, resume=args.resume)
+        outcome = train(run, resume=args.resume)
     except (FileExistsError, RunFolderBusy, CheckpointError, ResumeMismatch) as e:  # before any update
         return _fail(prog, e)
     except NonFiniteUpdateError as e:  # the run stopped; its metrics lines and checkpoints are written
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
-    summary.pop("params", None)
-    print(json.dumps(summary, indent=1, default=str))
+    outcome.pop("params", None)
+    print(json.dumps(outcome, indent=1, default=str))
     return 0
 
 
@@ -545,7 +546,6 @@ def _eval(argv: Sequence[str]) -> int:
                         help="who writes and grades the search's rubrics: the checkpoint, or the run's initial "
                         "policy (the untrained-grader control)")
     args = parser.parse_args(argv)
-    from agentjax.train.offline import evaluate_checkpoint, find_run
 
     try:
         find_run(args.checkpoint)
@@ -568,8 +568,6 @@ def _trees(argv: Sequence[str]) -> int:
     parser.add_argument("--max-chars", type=int, default=160, help="clip each text to N characters (default 160)")
     parser.add_argument("--list", action="store_true", help="list the steps with saved trees")
     args = parser.parse_args(argv)
-    from agentjax.agents.tree import render_tree
-    from agentjax.train.trees import load_trees, saved_tree_files
 
     try:
         if args.list:
@@ -590,8 +588,6 @@ def _trees(argv: Sequence[str]) -> int:
 
 def _data(argv: Sequence[str]) -> int:
     prog = "agentjax data"
-    from envs.data import DATASETS, fetch, summary
-
     parser = _Parser(prog=prog, description="download and verify the benchmark data (envs/data.py)")
     parser.add_argument("--mirror", metavar="URL", help="a base URL serving the data folder's layout "
                         "(default: the official sources)")

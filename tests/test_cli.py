@@ -456,6 +456,7 @@ def test_a_run_without_a_checkpoint_that_restores_or_stopped_for_nan_is_an_error
                                                                                      stop, code):
     """Every checkpoint of the folder fails to restore or the resumed config differs from the checkpoint's (before
     any update), or the run stopped after too many non-finite steps: the error's message and no traceback."""
+    from agentjax import cli
     from agentjax.train import checkpoint, trainer, update
 
     error = {"CheckpointError": checkpoint.CheckpointError, "ResumeMismatch": trainer.ResumeMismatch,
@@ -464,6 +465,6 @@ def test_a_run_without_a_checkpoint_that_restores_or_stopped_for_nan_is_an_error
     def train(run, resume=False):
         raise error(f"{stop} in {run.out_dir}")
 
-    monkeypatch.setattr(trainer, "train", train)
+    monkeypatch.setattr(cli, "train", train)  # the name the command calls
     got, out, err = run_cli(capsys, *BASE, "--out-dir", str(tmp_path))
     assert got == code and not out and err == f"agentjax train: error: {stop} in {tmp_path}\n"

@@ -37,6 +37,7 @@ import ml_dtypes
 import numpy as np
 import safetensors.numpy
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from agentjax.models.config import QwenConfig
 from agentjax.models.qwen import ActivationSharding, Qwen
@@ -234,8 +235,6 @@ def load_hf(
 # -- save -----------------------------------------------------------------------------------------------------------
 def _host(x: jax.Array) -> np.ndarray:
     if not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
-
         x = multihost_utils.process_allgather(x, tiled=True)
     return np.asarray(jax.device_get(x))
 

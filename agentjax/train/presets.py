@@ -52,9 +52,9 @@ from typing import Any
 from agentjax.agents.compact import FULLY_OBSERVED
 from agentjax.models.config import QwenConfig
 from agentjax.models.sampler import SamplingParams
-from agentjax.models.tokenizer import ENDOFTEXT_ID, IM_END_ID
 from agentjax.models.word_tokenizer import STOP_IDS as WORD_STOPS
 from agentjax.rollout.collect import CollectConfig
+from agentjax.rollout.policy import CHAT_STOP_IDS
 from agentjax.train.config import (
     LossConfig,
     ModelConfig,
@@ -75,6 +75,7 @@ from agentjax.train.runconfig import (
     sized_collect,
 )
 from agentjax.train.schedule import TOTAL_STEPS
+from agentjax.train.tree_worlds import TREE_ENVS
 
 PRESETS = ("tiny", "paper-1.5b", "paper-7b", "paper-4b")
 TREE_METHODS = ("rao", "sera")  # methods that train recursive trees (agentjax.train.trees): tiny and paper-4b
@@ -83,7 +84,6 @@ TREE_METHODS = ("rao", "sera")  # methods that train recursive trees (agentjax.t
 TINY_SERA = dict(stages=(3, 1, 1), branches=4, fork_budget=8)
 # SERA's rubric and grade lengths (new tokens): the tiny preset's constrained choices need <= 280 / 80.
 TINY_RUBRIC_TOKENS, PAPER_RUBRIC_TOKENS = (320, 96), (1024, 512)
-STOPS = (IM_END_ID, ENDOFTEXT_ID)
 STEP_CAPS = {"alfworld": 50, "webshop": 15, "sokoban": 15, "textcraft": 40, "textcraft_synth": 75, "textworld": 100,
              "textworld_sync": 200, "mdp": 14}
 # The tiny preset's caps: the paper's, shorter where the paper's would make a 2-core CPU update take hours (the
@@ -199,7 +199,7 @@ def tiny(method: str, env: str = "sokoban", **credit: Any) -> RunConfig:
                            history_length=0 if env in FULLY_OBSERVED else 2, batch_bucket=8, pow2_batches=True,
                            row_keys=True, sparse_logits=True,
                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len,
-                                                   stop_token_ids=WORD_STOPS if words else STOPS,
+                                                   stop_token_ids=WORD_STOPS if words else CHAT_STOP_IDS,
                                                    prompt_bucket=prompt_len), **TINY_COLLECT.get(env, {}))
     groups = TINY_GROUPS.get(env, 4)
     sizes = _sized(train, collect, num_groups=groups, group_size=8, max_steps=TINY_STEP_CAPS[env],
@@ -254,7 +254,7 @@ def paper(method: str, env: str, size: str = "1.5b", **credit: Any) -> RunConfig
     )
     collect = spec.collect(history_length=2, invalid_penalty=0.1, success_reward=10.0, reward="success",
                            truncation="left", batch_bucket=64,
-                           sampling=SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=STOPS,
+                           sampling=SamplingParams(temperature=1.0, max_new_tokens=512, stop_token_ids=CHAT_STOP_IDS,
                                                    prompt_bucket=256))
     sizes = _sized(train, collect, num_groups=16, group_size=8, max_steps=cap, prompt_len=prompt_len, response_len=512)
     return RunConfig(**sizes, env=env, updates=150, eval_every=10,
@@ -334,8 +334,8 @@ def tiny_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any) 
         micro_batch_size=16, seed=0)
     collect = CollectConfig(constrained=True, masked_logp=True, sparse_logits=True, max_allowed=32, batch_bucket=8,
                             pow2_batches=True, row_keys=True, truncation="left",
-                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
-                                                    prompt_bucket=512))
+                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len,
+                                                    stop_token_ids=CHAT_STOP_IDS, prompt_bucket=512))
     max_steps, max_turns = TINY_TREE_STEPS[env]
     tree = TreeConfig(max_depth=2, max_children=4, max_nodes=16, max_turns=max_turns, history_length=2,
                       rubric_tokens=TINY_RUBRIC_TOKENS[0], grade_tokens=TINY_RUBRIC_TOKENS[1], rubric_choices=True)
@@ -365,8 +365,8 @@ def paper_tree(method: str = "rao", env: str = "textcraft_synth", **credit: Any)
         optimizer=OptimizerConfig(learning_rate=3e-6, **RELEASED_ADAM),
         micro_batch_size=1, seed=0)
     collect = CollectConfig(truncation="left", batch_bucket=64, invalid_penalty=0.1, success_reward=10.0,
-                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len, stop_token_ids=STOPS,
-                                                    prompt_bucket=256))
+                            sampling=SamplingParams(temperature=1.0, max_new_tokens=response_len,
+                                                    stop_token_ids=CHAT_STOP_IDS, prompt_bucket=256))
     tree = TreeConfig(max_depth=3, max_children=8, max_nodes=64, max_turns=400, rubric_tokens=PAPER_RUBRIC_TOKENS[0],
                       grade_tokens=PAPER_RUBRIC_TOKENS[1])
     sizes = _tree_sized(train, collect, tree, num_groups=8, group_size=8, max_steps=20, prompt_len=prompt_len,
@@ -385,8 +385,6 @@ def preset(name: str, method: str, env: str, **credit: Any) -> RunConfig:
     if env not in ENVS:
         raise ValueError(f"unknown env {env!r}; choose one of {sorted(ENVS)}")
     if method in TREE_METHODS:
-        from agentjax.train.tree_worlds import TREE_ENVS
-
         if env not in TREE_ENVS:
             raise ValueError(f"--method {method} trains recursive agents on {', '.join(TREE_ENVS)}, not {env!r}")
         if name == "tiny":

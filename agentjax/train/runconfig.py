@@ -51,8 +51,14 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
+
+from agentjax.agents.tree import TreeLimits
 from agentjax.rollout.collect import CollectConfig
-from agentjax.train.config import CREDIT_METHODS, TrainConfig
+from agentjax.rollout.tree_collect import TreeCollectConfig
+from agentjax.rollout.tree_rubrics import ForkConfig, RubricConfig
+from agentjax.train.config import CREDIT_METHODS, SERACredit, TrainConfig
+from agentjax.train.tree_worlds import TREE_ENVS, check_world_kwargs, make_judge
 
 QWEN_TOKENIZER_SIZE = 151_665  # ids 0..151_664 of the Qwen2.5 tokenizer (BPE + added tokens)
 WORDS_PREFIX = "words:"  # RunConfig.tokenizer = "words:<env>": a word-level tokenizer of the env (train/tokenizers.py)
@@ -321,8 +327,6 @@ class RunConfig:
         if self.held_out_tasks:
             raise ValueError(f"RunConfig.held_out_tasks={self.held_out_tasks}: the tree trainer (--method {method}) "
                              "evaluates one series; set held_out_tasks=0")
-        from agentjax.train.tree_worlds import TREE_ENVS
-
         if self.env not in TREE_ENVS:
             raise ValueError(f"--method {method} trains recursive agents on {', '.join(TREE_ENVS)}, not {self.env!r}")
         if self.workers:
@@ -389,13 +393,10 @@ class RunConfig:
         return dict(self.env_kwargs if self.eval_env_kwargs is None else self.eval_env_kwargs)
 
     @property
-    def tree_collect(self) -> Any:
+    def tree_collect(self) -> TreeCollectConfig:
         """The tree collector's config of the training batches
         (:class:`~agentjax.rollout.tree_collect.TreeCollectConfig`): ``K = group_size`` trees per root task, the
         node budget ``max_steps`` and the tree limits, ``collect``'s sampler, prompt and decoding settings."""
-        from agentjax.agents.tree import TreeLimits
-        from agentjax.rollout.tree_collect import TreeCollectConfig
-
         if self.tree is None:
             raise ValueError("RunConfig.tree_collect: a flat run has no trees")
         co, tr = self.collect, self.tree
@@ -410,7 +411,7 @@ class RunConfig:
             node_slots=tr.node_slots, event_slots=tr.event_slots)
 
     @property
-    def rubric_collect(self) -> Any:
+    def rubric_collect(self) -> RubricConfig | None:
         """SERA's rubric writing and grading in the tree collector (:class:`~agentjax.rollout.tree_rubrics.
         RubricConfig`: ``collect``'s sampler settings at temperature 1 / 0, ``tree.rubric_tokens`` /
         ``grade_tokens`` new tokens, prompts up to ``collect.max_prompt_tokens``, the credit's reading); None when the
@@ -418,10 +419,6 @@ class RunConfig:
         only finished ones (a child that did not finish scores 0 without a call), on TextWorld-Sync every child, as
         its judge (a child whose action ends the shared task, or that spent its budget after doing its subtask,
         never gets to finish)."""
-        from agentjax.rollout.tree_rubrics import RubricConfig
-        from agentjax.train.config import SERACredit
-        from agentjax.train.tree_worlds import make_judge
-
         if self.tree is None or not isinstance(self.train.credit, SERACredit):
             return None
         co, tr = self.collect, self.tree
@@ -436,11 +433,9 @@ class RunConfig:
                             require_finish=make_judge(self.env).require_finish)
 
     @property
-    def fork_collect(self) -> Any:
+    def fork_collect(self) -> ForkConfig | None:
         """SERA's rubric-stage fork groups (:class:`~agentjax.rollout.tree_rubrics.ForkConfig` from the credit's
         ``branches`` and ``fork_budget``); None when the method has no rubric stage."""
-        from agentjax.rollout.tree_rubrics import ForkConfig
-
         if self.rubric_collect is None or not self.train.credit.stages[2]:
             return None
         return ForkConfig(branches=self.train.credit.branches, budget=self.train.credit.fork_budget)
@@ -480,8 +475,6 @@ class RunConfig:
 
     def check(self) -> None:
         """Checks that need the machine (module docstring); raises ``ValueError`` / ``FileNotFoundError``."""
-        import jax
-
         sero = self.train.sero
         if sero is not None and sero.oracle_timeout is not None and self.workers == 0:
             raise ValueError(f"SeroConfig.oracle_timeout={sero.oracle_timeout} bounds the env's oracle calls, "
@@ -509,8 +502,6 @@ class RunConfig:
                              f"tokenizer's ({QWEN_TOKENIZER_SIZE}); use vocab_size >= {QWEN_TOKENIZER_SIZE} "
                              "(151,936 as Qwen2.5) or pass a smaller tokenizer folder")
         if self.tree is not None:
-            from agentjax.train.tree_worlds import check_world_kwargs
-
             check_world_kwargs(self.env, self.env_kwargs, "env_kwargs")
             check_world_kwargs(self.env, self.eval_kwargs, "eval_env_kwargs")
         else:

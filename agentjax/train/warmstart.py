@@ -58,6 +58,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 import optax
 from flax import nnx
@@ -69,7 +70,9 @@ from agentjax.rollout.collect import PROJECTORS, CollectConfig, turn_prompt
 from agentjax.rollout.policy import constrained_choices
 from agentjax.train.compact import TREE_COMPACT_BUCKET, compact_rows
 from agentjax.train.config import LossConfig
+from agentjax.train.probe import oracle_agreement
 from agentjax.train.runconfig import RunConfig, WarmStart, config_hash
+from agentjax.train.tree_warmstart import tree_demonstrations
 from agentjax.train.update import forward_rows
 
 log = logging.getLogger(__name__)
@@ -210,8 +213,6 @@ def _demonstrations(run: RunConfig, tokenizer: Any) -> list[Demo]:
     """The oracle's episodes (flat runs) or the planner's trees (tree runs, :mod:`agentjax.train.tree_warmstart`)."""
     if run.tree is None:
         return run_demonstrations(run, tokenizer)
-    from agentjax.train.tree_warmstart import tree_demonstrations
-
     return tree_demonstrations(run, tokenizer)
 
 
@@ -280,8 +281,6 @@ def warm_start_folder(run: RunConfig, tokenizer: Any) -> str:
 
 def build_info() -> dict[str, Any]:
     """What a warm start's floats depend on besides its config (module docstring, "Reproducibility")."""
-    import jaxlib
-
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
@@ -329,8 +328,6 @@ def _record_agreement(folder: str, run: RunConfig, tokenizer: Any) -> None:
     if "agreement" not in record and run.tree is not None:
         return  # the probe scores flat episodes; a tree run's warm start reports its NLL only
     if "agreement" not in record:
-        from agentjax.train.probe import oracle_agreement
-
         spec = run.spec
         tasks = spec.tasks(spec.eval_split)[:AGREEMENT_TASKS]
         try:

@@ -72,6 +72,8 @@ manifest (60 commands, level 6).
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import warnings
 from typing import Any, ClassVar
 
 from envs.base import Env, Obs, Task, step_info
@@ -161,10 +163,7 @@ class TextWorldCookingEnv(Env):
     def _reset(self, task: Task) -> Obs:
         gamefile = self.gamefile(task)
         if gamefile != self._gamefile:
-            import pathlib
-            import warnings
-
-            import jericho
+            import jericho  # the engine loads with the first game: importing envs stays fast
             import textworld
 
             self._gamefile = None  # a failed load leaves no game behind
