@@ -463,7 +463,6 @@ def _name_flags(message: str, groups: Mapping[str, tuple[str, tuple[Flag, ...]]]
 def build_run(argv: Sequence[str], prog: str = "agentjax train") -> tuple[RunConfig, argparse.Namespace]:
     """The validated ``RunConfig`` of ``agentjax train`` arguments and the command's own (``method``, ``env``,
     ``preset``, ``sero``, ``resume``, ``dry_run``); raises ``ValueError`` / ``FileNotFoundError`` / ``SystemExit``."""
-
     parser = _Parser(prog=prog, add_help=False, allow_abbrev=False, description="train a policy")
     parser.add_argument("--method", required=True, choices=sorted(CREDIT_METHODS), help="the credit method")
     parser.add_argument("--env", required=True, choices=sorted(ENVS), help="the environment")

@@ -39,6 +39,8 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import jax
+
 from agentjax.agents.prompts import encode_prompt
 
 log = logging.getLogger(__name__)
@@ -202,15 +204,11 @@ class SamplerJudge(Judge):
                  require_finish: bool = True, messages: Messages = judge_messages, parse: Parse = parse_verdict):
         super().__init__(require_finish=require_finish)
         self.messages, self.parse = messages, parse
-        import jax  # noqa: PLC0415 (the judge module stays importable without jax)
-
         self.policy, self.params, self.max_prompt_tokens = policy, params, max_prompt_tokens
         self._key = jax.random.key(0) if key is None else key
         self._count = 0
 
     def _judge(self, requests: list[JudgeRequest]) -> list[Verdict]:
-        import jax  # noqa: PLC0415
-
         prompts = [encode_prompt(self.policy.tokenizer, self.messages(r))[-self.max_prompt_tokens:]
                    for r in requests]
         key = jax.random.fold_in(self._key, self._count)

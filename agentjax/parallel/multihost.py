@@ -26,15 +26,14 @@ import dataclasses
 import itertools
 import pickle
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-if TYPE_CHECKING:
-    from agentjax.rollout.records import Rollouts
-    from agentjax.rollout.tree_records import TreeRollouts
+from agentjax.rollout.records import Rollouts
+from agentjax.rollout.tree_records import TreeRollouts
 
 T = TypeVar("T")
 
